@@ -1,0 +1,20 @@
+// How the tower executable's subcommands plug into main: each adds itself and returns a runner.
+#pragma once
+
+#include <functional>
+
+#include <CLI/CLI.hpp>
+
+#include "runtime/world.h"
+
+namespace tower::cli {
+
+// A subcommand registered with CLI11 and the function that runs it once MPI is up.
+struct Command {
+	CLI::App* app = nullptr;
+	std::function<int(World&)> run;
+};
+
+Command add_info_command(CLI::App& parent);
+
+} // namespace tower::cli

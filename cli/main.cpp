@@ -1,0 +1,32 @@
+// The tower executable: parses the command line and runs one subcommand under MPI.
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/command.h"
+#include "cli/run_guarded.h"
+#include "tower_config.h"
+
+int main(int argc, char** argv)
+{
+	CLI::App app{"tower: data-parallel training launched with MPI.\n"
+		     "Run it under mpirun, one rank per GPU (or per CPU tower), e.g.\n"
+		     "  mpirun -np 2 tower info"};
+	app.set_version_flag("--version", TOWER_VERSION);
+	app.require_subcommand(1);
+
+	const std::vector<tower::cli::Command> commands = {
+		tower::cli::add_info_command(app),
+	};
+
+	try {
+		app.parse(argc, argv);
+	} catch (const CLI::ParseError& e) {
+		return app.exit(e);
+	}
+
+	for (const auto& command : commands)
+		if (command.app->parsed())
+			return tower::cli::run_guarded(&argc, &argv, command.run);
+	return 1;
+}

@@ -1,0 +1,48 @@
+// Turns verdicts that may differ between ranks into one verdict every rank shares.
+#include "runtime/agree.h"
+
+#include <vector>
+
+#include "runtime/error.h"
+#include "runtime/mpi_check.h"
+
+namespace tower {
+
+bool all_true(MPI_Comm comm, bool value)
+{
+	int local = value ? 1 : 0, global = 0;
+	TOWER_MPI(MPI_Allreduce(&local, &global, 1, MPI_INT, MPI_MIN, comm));
+	return global == 1;
+}
+
+void agree(MPI_Comm comm, const std::string& problem)
+{
+	if (all_true(comm, problem.empty()))
+		return;
+	int size = 0;
+	MPI_Comm_size(comm, &size);
+	int length = static_cast<int>(problem.size());
+	std::vector<int> lengths(static_cast<size_t>(size));
+	TOWER_MPI(MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, comm));
+	std::vector<int> offsets(static_cast<size_t>(size));
+	int total = 0;
+	for (int r = 0; r < size; ++r) {
+		offsets[static_cast<size_t>(r)] = total;
+		total += lengths[static_cast<size_t>(r)];
+	}
+	std::string all(static_cast<size_t>(total), '\0');
+	TOWER_MPI(MPI_Allgatherv(problem.data(), length, MPI_CHAR, all.data(), lengths.data(),
+				 offsets.data(), MPI_CHAR, comm));
+	std::string message;
+	for (int r = 0; r < size; ++r) {
+		const auto n = static_cast<size_t>(lengths[static_cast<size_t>(r)]);
+		if (n == 0)
+			continue;
+		if (!message.empty())
+			message += "; ";
+		message += fmt::format("rank {}: {}", r, all.substr(static_cast<size_t>(offsets[static_cast<size_t>(r)]), n));
+	}
+	throw AgreedError(message);
+}
+
+} // namespace tower

@@ -1,0 +1,27 @@
+// What this binary was built with and runs on: tower, MPI, CUDA libraries, OpenBLAS.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/gpu_runtime.h"
+#include "runtime/world.h"
+
+namespace tower {
+
+struct BuildInfo {
+	std::string tower_version;
+	std::string mpi_library;  // MPI_Get_library_version, first line
+	std::string mpi_standard; // "3.1"
+	std::string thread_level;
+	std::string openblas_config;
+	int openblas_threads = 0;
+	GpuRuntimeInfo gpu;
+};
+
+BuildInfo collect_build_info(const World& world);
+
+nlohmann::json to_json(const BuildInfo& info);
+
+} // namespace tower

@@ -1,0 +1,31 @@
+// Gathers one string from every rank, for reports that rank 0 prints.
+#include "runtime/gather.h"
+
+#include "runtime/mpi_check.h"
+
+namespace tower {
+
+std::vector<std::string> gather_strings(MPI_Comm comm, const std::string& text, int root)
+{
+	int rank = 0, size = 0;
+	MPI_Comm_rank(comm, &rank);
+	MPI_Comm_size(comm, &size);
+	int length = static_cast<int>(text.size());
+	std::vector<int> lengths(rank == root ? static_cast<size_t>(size) : 0);
+	TOWER_MPI(MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, root, comm));
+	std::vector<int> offsets(lengths.size());
+	int total = 0;
+	for (size_t r = 0; r < lengths.size(); ++r) {
+		offsets[r] = total;
+		total += lengths[r];
+	}
+	std::string all(static_cast<size_t>(total), '\0');
+	TOWER_MPI(MPI_Gatherv(text.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(),
+			      MPI_CHAR, root, comm));
+	std::vector<std::string> out;
+	for (size_t r = 0; r < lengths.size(); ++r)
+		out.push_back(all.substr(static_cast<size_t>(offsets[r]), static_cast<size_t>(lengths[r])));
+	return out;
+}
+
+} // namespace tower

@@ -1,0 +1,62 @@
+// The GPU probe of a CUDA build: devices and CUDA, cuBLAS and NCCL versions.
+#include "runtime/gpu_runtime.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include "runtime/error.h"
+
+namespace tower {
+
+namespace {
+
+std::string cuda_version_text(int v)
+{
+	return fmt::format("{}.{}", v / 1000, (v % 1000) / 10);
+}
+
+} // namespace
+
+GpuRuntimeInfo probe_gpu_runtime()
+{
+	GpuRuntimeInfo info;
+	info.built = true;
+	int v = 0;
+	cudaRuntimeGetVersion(&v);
+	info.cuda_runtime = cuda_version_text(v);
+	v = 0;
+	info.cuda_driver = cudaDriverGetVersion(&v) == cudaSuccess && v > 0 ? cuda_version_text(v) : "no driver";
+	info.cublas = fmt::format("{}.{}.{}", CUBLAS_VER_MAJOR, CUBLAS_VER_MINOR, CUBLAS_VER_PATCH);
+	v = 0;
+	ncclGetVersion(&v);
+	info.nccl = fmt::format("{}.{}.{}", v / 10000, (v / 100) % 100, v % 100);
+
+	int count = 0;
+	const cudaError_t rc = cudaGetDeviceCount(&count);
+	if (rc != cudaSuccess) {
+		info.why_none = cudaGetErrorString(rc);
+		cudaGetLastError(); // clear the sticky-free error so later calls start clean
+		return info;
+	}
+	info.device_count = count;
+	if (count == 0)
+		info.why_none = "no CUDA device is visible";
+	for (int d = 0; d < count; ++d) {
+		cudaDeviceProp prop{};
+		if (cudaGetDeviceProperties(&prop, d) == cudaSuccess)
+			info.device_names.emplace_back(prop.name);
+		else
+			info.device_names.emplace_back("unknown");
+	}
+	return info;
+}
+
+void select_gpu(int index)
+{
+	const cudaError_t rc = cudaSetDevice(index);
+	if (rc != cudaSuccess)
+		throw Error(fmt::format("cudaSetDevice({}) failed: {}", index, cudaGetErrorString(rc)));
+}
+
+} // namespace tower

@@ -1,0 +1,49 @@
+#!/usr/bin/env python3
+"""Runs `tower info` under mpirun and checks what it reports. Usage: info_test.py MPIRUN TOWER"""
+import json
+import subprocess
+import sys
+
+mpirun, tower = sys.argv[1], sys.argv[2]
+failures = []
+
+
+def run(np, *args):
+    return subprocess.run([mpirun, "-np", str(np), tower, "info", *args],
+                          capture_output=True, text=True, timeout=120)
+
+
+def expect(cond, what):
+    if not cond:
+        failures.append(what)
+
+
+# 4 ranks as 2 simulated nodes of 2: JSON rows must show the grid.
+r = run(4, "--ranks-per-node", "2", "--json")
+expect(r.returncode == 0, f"info --json failed: {r.stderr}")
+if r.returncode == 0:
+    info = json.loads(r.stdout)
+    ranks = info["ranks"]
+    expect([x["rank"] for x in ranks] == [0, 1, 2, 3], f"rows not in rank order: {ranks}")
+    expect([x["node"] for x in ranks] == [0, 0, 1, 1], f"nodes wrong: {ranks}")
+    expect([x["local_rank"] for x in ranks] == [0, 1, 0, 1], f"local ranks wrong: {ranks}")
+    expect(len({x["pid"] for x in ranks}) == 4, "pids are not distinct processes")
+    expect(all(set(x) == {"rank", "node", "local_rank", "hostname", "pid", "device"} for x in ranks),
+           "row keys differ from the documented ones")
+    expect(info["build"]["mpi_thread_level"] == "MPI_THREAD_MULTIPLE", "thread level not reported")
+
+# The table names both nodes.
+r = run(4, "--ranks-per-node", "2")
+expect(r.returncode == 0 and "4 ranks on 2 node(s)" in r.stdout, f"table header wrong: {r.stdout}")
+
+# A grouping that does not divide the world fails on every rank with a clear message.
+r = run(4, "--ranks-per-node", "3")
+expect(r.returncode != 0, "--ranks-per-node 3 at 4 ranks should fail")
+for rank in range(4):
+    expect(f"[rank {rank}] error: --ranks-per-node 3 does not divide the 4 ranks" in r.stderr,
+           f"rank {rank} did not report the divisor error: {r.stderr}")
+
+for f in failures:
+    print("FAIL:", f)
+print("info_test:", "ok" if not failures else f"{len(failures)} failure(s)")
+sys.exit(1 if failures else 0)

@@ -1,0 +1,17 @@
+// The MPI-aware doctest entry point shared by every test binary.
+#pragma once
+
+#include "runtime/topology.h"
+#include "runtime/world.h"
+
+namespace tower::test {
+
+// The world of the running test binary; valid inside test cases.
+World& world();
+
+// Runs every test case on every rank and combines the verdicts: a test case fails when it fails
+// on any rank, and rank 0 names the failing ranks. With `needs_gpu`, all ranks first agree
+// whether each sees a GPU; if any does not, all finalize and return 77 (meson's SKIP).
+int run_tests(int argc, char** argv, bool needs_gpu);
+
+} // namespace tower::test
