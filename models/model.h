@@ -1,0 +1,38 @@
+// The interface every model implements, the built-in ones included.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "models/parameter.h"
+
+namespace tower {
+
+// Called during backward as soon as a parameter's gradient is final for this step, so its
+// communication can start while earlier layers are still differentiated.
+using GradReadyFn = std::function<void(const Parameter&)>;
+
+struct ForwardResult {
+	float loss = 0.0f;   // mean softmax cross-entropy over the batch
+	int64_t correct = 0; // samples whose arg-max logit equals the label
+};
+
+class Model {
+public:
+	virtual ~Model() = default;
+
+	// Every trainable parameter, in registration (forward) order; the pointers stay valid for
+	// the model's life.
+	virtual std::vector<Parameter*> parameters() = 0;
+
+	// images: f32 [B, 1, 28, 28] on the model's device; labels: i32 [B] on the same device.
+	// Keeps what backward needs.
+	virtual ForwardResult forward(const Tensor& images, const Tensor& labels) = 0;
+
+	// Differentiates the last forward's loss. With `accumulate` false each grad is overwritten;
+	// with true it is added to. `on_ready` (may be empty) is called once per parameter, in
+	// reverse layer order, right after its gradient is complete.
+	virtual void backward(const GradReadyFn& on_ready, bool accumulate) = 0;
+};
+
+} // namespace tower

@@ -1,0 +1,97 @@
+// A dense tensor on one device: shape, element type, and owned or borrowed memory.
+#include "models/tensor.h"
+
+#include "runtime/error.h"
+#include "runtime/memory.h"
+
+namespace tower {
+
+int64_t shape_numel(const Shape& shape)
+{
+	int64_t n = 1;
+	for (int64_t d : shape)
+		n *= d;
+	return n;
+}
+
+std::string shape_text(const Shape& shape)
+{
+	return fmt::format("[{}]", fmt::join(shape, ", "));
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, const Device& device)
+{
+	for (int64_t d : shape)
+		if (d < 0)
+			throw Error(fmt::format("tensor shape {} has a negative dimension", shape_text(shape)));
+	Tensor t;
+	t.shape_ = shape;
+	t.dtype_ = dtype;
+	t.device_ = device;
+	void* p = device_alloc(device, t.bytes());
+	t.storage_ = std::shared_ptr<void>(p, [device](void* q) { device_free(device, q); });
+	t.data_ = p;
+	return t;
+}
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype, const Device& device)
+{
+	Tensor t = empty(shape, dtype, device);
+	t.zero();
+	return t;
+}
+
+Tensor Tensor::view(void* data, const Shape& shape, DType dtype, const Device& device)
+{
+	Tensor t;
+	t.shape_ = shape;
+	t.dtype_ = dtype;
+	t.device_ = device;
+	t.data_ = data;
+	return t;
+}
+
+Tensor Tensor::from_host(const std::vector<float>& values, const Shape& shape, const Device& device)
+{
+	TOWER_CHECK_EQ(static_cast<int64_t>(values.size()), shape_numel(shape), "values for shape " + shape_text(shape));
+	Tensor t = empty(shape, DType::f32, device);
+	copy_bytes(t.data_, device, values.data(), Device{}, t.bytes());
+	return t;
+}
+
+Tensor Tensor::reshaped(const Shape& shape) const
+{
+	TOWER_CHECK(shape_numel(shape) == numel(), "cannot reshape {} to {}", shape_text(shape_), shape_text(shape));
+	Tensor t = *this;
+	t.shape_ = shape;
+	return t;
+}
+
+Tensor Tensor::clone() const
+{
+	Tensor t = empty(shape_, dtype_, device_);
+	t.copy_from(*this);
+	return t;
+}
+
+void Tensor::copy_from(const Tensor& src)
+{
+	TOWER_CHECK(src.shape_ == shape_ && src.dtype_ == dtype_, "copy of {} {} into {} {}",
+		    dtype_name(src.dtype_), shape_text(src.shape_), dtype_name(dtype_), shape_text(shape_));
+	copy_bytes(data_, device_, src.data_, src.device_, bytes());
+}
+
+void Tensor::zero()
+{
+	zero_bytes(data_, device_, bytes());
+}
+
+std::vector<float> Tensor::to_host_f32() const
+{
+	TOWER_CHECK(dtype_ == DType::f32, "to_host_f32 on a {} tensor", dtype_name(dtype_));
+	std::vector<float> out(static_cast<size_t>(numel()));
+	copy_bytes(out.data(), Device{}, data_, device_, bytes());
+	return out;
+}
+
+} // namespace tower

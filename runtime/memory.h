@@ -1,0 +1,25 @@
+// Memory on a device: allocate, free, copy and fill bytes on the CPU or a CUDA device.
+#pragma once
+
+#include <cstddef>
+
+#include "runtime/device.h"
+
+namespace tower {
+
+// Allocates `bytes` on `device`, aligned to 64 bytes on the CPU (cudaMalloc's 256 on a GPU).
+// Zero bytes gives a null pointer. Throws tower::Error naming the size when allocation fails.
+void* device_alloc(const Device& device, size_t bytes);
+void device_free(const Device& device, void* pointer) noexcept;
+
+// Copies `bytes` between any two devices (host to host, host to GPU, GPU to host, GPU to GPU)
+// and waits for the copy to finish.
+void copy_bytes(void* dst, const Device& dst_device, const void* src, const Device& src_device, size_t bytes);
+
+// Sets `bytes` at `pointer` to zero.
+void zero_bytes(void* pointer, const Device& device, size_t bytes);
+
+// Waits for all work queued on the device (a no-op on the CPU).
+void device_synchronize(const Device& device);
+
+} // namespace tower

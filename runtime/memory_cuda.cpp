@@ -1,0 +1,60 @@
+// Device memory of a CUDA build: host memory for the CPU, cudaMalloc and cudaMemcpy for GPUs.
+#include <cstring>
+
+#include "runtime/cuda_check.h"
+#include "runtime/memory.h"
+#include "runtime/memory_host.h"
+
+namespace tower {
+
+void* device_alloc(const Device& device, size_t bytes)
+{
+	if (!device.is_cuda())
+		return host_alloc(bytes);
+	if (bytes == 0)
+		return nullptr;
+	void* p = nullptr;
+	const cudaError_t rc = cudaMalloc(&p, bytes);
+	if (rc != cudaSuccess)
+		throw Error(fmt::format("cudaMalloc of {} bytes on {} failed: {}", bytes, device.name(),
+					cudaGetErrorString(rc)));
+	return p;
+}
+
+void device_free(const Device& device, void* pointer) noexcept
+{
+	if (!device.is_cuda())
+		host_free(pointer);
+	else if (pointer)
+		cudaFree(pointer);
+}
+
+void copy_bytes(void* dst, const Device& dst_device, const void* src, const Device& src_device, size_t bytes)
+{
+	if (bytes == 0)
+		return;
+	if (!dst_device.is_cuda() && !src_device.is_cuda()) {
+		std::memcpy(dst, src, bytes);
+		return;
+	}
+	// cudaMemcpyDefault infers the direction from unified addressing.
+	TOWER_CUDA(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+}
+
+void zero_bytes(void* pointer, const Device& device, size_t bytes)
+{
+	if (bytes == 0)
+		return;
+	if (!device.is_cuda())
+		std::memset(pointer, 0, bytes);
+	else
+		TOWER_CUDA(cudaMemset(pointer, 0, bytes));
+}
+
+void device_synchronize(const Device& device)
+{
+	if (device.is_cuda())
+		TOWER_CUDA(cudaDeviceSynchronize());
+}
+
+} // namespace tower

@@ -1,0 +1,11 @@
+// Host-side memory operations shared by the CPU-only and CUDA builds.
+#pragma once
+
+#include <cstddef>
+
+namespace tower {
+
+void* host_alloc(size_t bytes);
+void host_free(void* pointer) noexcept;
+
+} // namespace tower

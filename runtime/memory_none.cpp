@@ -1,0 +1,53 @@
+// Device memory of a CPU-only build: every device is the host.
+#include <cstring>
+
+#include "runtime/error.h"
+#include "runtime/memory.h"
+#include "runtime/memory_host.h"
+
+namespace tower {
+
+namespace {
+
+void require_cpu(const Device& device)
+{
+	if (device.is_cuda())
+		throw Error(fmt::format("device {} used, but tower was built without CUDA; rebuild with "
+					"-Dcuda=enabled",
+					device.name()));
+}
+
+} // namespace
+
+void* device_alloc(const Device& device, size_t bytes)
+{
+	require_cpu(device);
+	return host_alloc(bytes);
+}
+
+void device_free(const Device&, void* pointer) noexcept
+{
+	host_free(pointer);
+}
+
+void copy_bytes(void* dst, const Device& dst_device, const void* src, const Device& src_device, size_t bytes)
+{
+	require_cpu(dst_device);
+	require_cpu(src_device);
+	if (bytes)
+		std::memcpy(dst, src, bytes);
+}
+
+void zero_bytes(void* pointer, const Device& device, size_t bytes)
+{
+	require_cpu(device);
+	if (bytes)
+		std::memset(pointer, 0, bytes);
+}
+
+void device_synchronize(const Device& device)
+{
+	require_cpu(device);
+}
+
+} // namespace tower
