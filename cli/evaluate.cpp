@@ -1,0 +1,41 @@
+// Test-set evaluation split across the ranks, with the totals summed over all of them.
+#include "cli/evaluate.h"
+
+#include <map>
+#include <numeric>
+#include <vector>
+
+#include "models/data/batch_assembler.h"
+#include "runtime/mpi_check.h"
+
+namespace tower::cli {
+
+EvalResult evaluate_test_set(ReplicatedBuilder& builder, const Dataset& test, int64_t batch, const Device& device,
+			     const Topology& topology)
+{
+	const int64_t begin = test.count * topology.rank() / topology.size();
+	const int64_t end = test.count * (topology.rank() + 1) / topology.size();
+	std::vector<int64_t> indices(static_cast<size_t>(end - begin));
+	std::iota(indices.begin(), indices.end(), begin);
+
+	// One assembler per batch size: the full batches and, when the slice does not divide, the last.
+	std::map<int64_t, BatchAssembler> assemblers;
+	double totals[2] = {0, 0}; // summed loss, correct
+	for (int64_t at = 0; at < static_cast<int64_t>(indices.size()); at += batch) {
+		const int64_t n = std::min<int64_t>(batch, static_cast<int64_t>(indices.size()) - at);
+		auto it = assemblers.try_emplace(n, test, n, device).first;
+		const Batch& b = it->second.assemble(std::span<const int64_t>(indices).subspan(static_cast<size_t>(at),
+											   static_cast<size_t>(n)));
+		const ForwardResult r = builder.evaluate(b.images, b.labels);
+		totals[0] += static_cast<double>(r.loss) * static_cast<double>(n);
+		totals[1] += static_cast<double>(r.correct);
+	}
+	TOWER_MPI(MPI_Allreduce(MPI_IN_PLACE, totals, 2, MPI_DOUBLE, MPI_SUM, topology.world()));
+	EvalResult result;
+	result.samples = test.count;
+	result.loss = test.count ? totals[0] / static_cast<double>(test.count) : 0;
+	result.accuracy = test.count ? totals[1] / static_cast<double>(test.count) : 0;
+	return result;
+}
+
+} // namespace tower::cli

@@ -1,0 +1,71 @@
+// `tower train`: the command line of replicated training.
+#include <memory>
+
+#include "cli/command.h"
+#include "cli/train_config.h"
+#include "cli/train_loop.h"
+#include "models/data/fashion_mnist.h"
+
+namespace tower::cli {
+
+namespace {
+
+void add_model_options(CLI::App& app, TrainConfig& c)
+{
+	app.add_option("--model", c.model.name, "Model: mlp or cnn")->check(CLI::IsMember({"mlp", "cnn"}));
+	app.add_option("--hidden", c.model.hidden, "Hidden width (mlp default 1024, cnn 512)")->check(CLI::NonNegativeNumber);
+	app.add_option("--depth", c.model.depth, "Hidden layers of the mlp")->check(CLI::PositiveNumber);
+	app.add_option("--seed", c.model.seed, "Seed of the initial parameters and the data order");
+	app.add_option("--data", c.data_dir, "Directory of the Fashion-MNIST *-ubyte.gz files");
+}
+
+void add_optimizer_options(CLI::App& app, TrainConfig& c)
+{
+	app.add_option("--optimizer", c.optimizer.name, "sgd, momentum, adam or adamw");
+	app.add_option("--lr", c.schedule.base_lr, "Learning rate")->check(CLI::PositiveNumber);
+	app.add_option("--momentum", c.optimizer.momentum, "Momentum coefficient (momentum)");
+	app.add_flag("--nesterov", c.optimizer.nesterov, "Nesterov momentum");
+	app.add_option("--weight-decay", c.optimizer.weight_decay, "L2 (sgd, momentum, adam) or decoupled (adamw)");
+	app.add_option("--schedule", c.schedule.name, "Learning-rate schedule: constant, step or warmup_cosine");
+	app.add_option("--warmup-steps", c.schedule.warmup_steps, "Linear warm-up steps (warmup_cosine)");
+	app.add_option("--step-size", c.schedule.step_size, "Steps between decays (step)");
+	app.add_option("--gamma", c.schedule.gamma, "Decay factor (step)");
+}
+
+void add_run_options(CLI::App& app, TrainConfig& c)
+{
+	app.add_option("--epochs", c.epochs, "Passes over the training set")->check(CLI::PositiveNumber);
+	app.add_option("--batch", c.batch, "Samples per rank per step (the global batch is this times the ranks)")
+		->check(CLI::PositiveNumber);
+	app.add_option("--max-steps", c.max_steps, "Stop after this many steps (0: run every epoch)")
+		->check(CLI::NonNegativeNumber);
+	app.add_option("--allreduce", c.allreduce, "All-reduce mode: ring, hierarchical or naive");
+	app.add_option("--reduce", c.reduce, "Gradient reduction: mean or sum");
+	app.add_option("--groups", c.groups, "Replica groups reducing separately, e.g. '0,1;2,3'");
+	app.add_option("--fusion-mb", c.fusion_mb, "Fused bucket size in MiB (0: no fusion)")->check(CLI::NonNegativeNumber);
+	app.add_option("--overlap", c.overlap, "All-reduce buckets during backward (true/false)");
+	app.add_option("--device", c.device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+	app.add_option("--ranks-per-node", c.ranks_per_node, "Simulated nodes of this many ranks")->check(CLI::PositiveNumber);
+	app.add_option("--metrics", c.metrics_path, "Write JSON lines of metrics to this file (rank 0)");
+	app.add_option("--check-every", c.check_every, "Compare parameter hashes across ranks every K steps")
+		->check(CLI::NonNegativeNumber);
+	app.add_option("--log-every", c.log_every, "Log a step line every K steps")->check(CLI::PositiveNumber);
+	app.add_option("--eval-every", c.eval_every, "Evaluate every E epochs and at the end (0: never)")
+		->check(CLI::NonNegativeNumber);
+}
+
+} // namespace
+
+Command add_train_command(CLI::App& parent)
+{
+	auto config = std::make_shared<TrainConfig>();
+	config->data_dir = default_fashion_mnist_dir();
+	config->model.seed = 42;
+	CLI::App* app = parent.add_subcommand("train", "Train a model on Fashion-MNIST across the ranks of the job");
+	add_model_options(*app, *config);
+	add_optimizer_options(*app, *config);
+	add_run_options(*app, *config);
+	return {app, [config](World& world) { return run_training(world, *config); }};
+}
+
+} // namespace tower::cli

@@ -1,0 +1,35 @@
+// Everything `tower train` was asked to do, as parsed from its command line.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "models/model_factory.h"
+#include "optim/optimizer.h"
+#include "optim/schedule.h"
+
+namespace tower::cli {
+
+struct TrainConfig {
+	ModelConfig model;
+	OptimizerConfig optimizer;
+	ScheduleConfig schedule;
+	std::string data_dir;
+	int epochs = 2;
+	int64_t batch = 128; // per rank
+	int64_t max_steps = 0; // 0: run all epochs
+	std::string allreduce = "ring";
+	std::string reduce = "mean";
+	std::string groups; // "0,1;2,3"
+	double fusion_mb = 25.0;
+	bool overlap = true;
+	std::string device = "auto";
+	std::optional<int> ranks_per_node;
+	std::string metrics_path;
+	int64_t check_every = 100;
+	int64_t log_every = 50;
+	int eval_every = 1; // evaluate on the test set every this many epochs and at the end; 0: never
+};
+
+} // namespace tower::cli

@@ -1,0 +1,18 @@
+// Checks that every rank holds the same list of named tensors (names, dtypes, shapes, order).
+#pragma once
+
+#include <string_view>
+#include <vector>
+
+#include <mpi.h>
+
+#include "models/named_tensor.h"
+
+namespace tower {
+
+// Collective over `comm`. Compares each rank's list with root's; when any differs, throws
+// tower::AgreedError on every rank, naming each differing rank and its first differing entries,
+// prefixed by `what` ("gradient list", "broadcast"). No data moves.
+void check_signatures(MPI_Comm comm, const std::vector<NamedTensor>& tensors, int root, std::string_view what);
+
+} // namespace tower

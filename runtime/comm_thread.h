@@ -1,0 +1,45 @@
+// One background thread that runs communication jobs in the order they were submitted.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+namespace tower {
+
+// Gradient buckets are all-reduced here while the main thread goes on with backward, so
+// communication hides behind compute. Every rank submits the same jobs in the same order, which
+// keeps the collectives matched across ranks.
+class CommThread {
+public:
+	CommThread();
+	~CommThread();
+	CommThread(const CommThread&) = delete;
+	CommThread& operator=(const CommThread&) = delete;
+
+	void submit(std::function<void()> job);
+
+	// Blocks until every submitted job has run; rethrows the first exception a job threw.
+	void wait_all();
+
+	// Seconds spent inside jobs since construction.
+	double busy_seconds() const;
+
+private:
+	void loop();
+
+	mutable std::mutex mutex_;
+	std::condition_variable wake_;
+	std::condition_variable idle_;
+	std::deque<std::function<void()>> jobs_;
+	bool running_job_ = false;
+	bool stopping_ = false;
+	std::exception_ptr error_;
+	double busy_seconds_ = 0.0;
+	std::thread thread_;
+};
+
+} // namespace tower

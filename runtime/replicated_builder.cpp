@@ -1,0 +1,173 @@
+// The replicated-mode builder: keeps every rank's tower in lock-step, one fused all-reduce at a time.
+#include "runtime/replicated_builder.h"
+
+#include <algorithm>
+
+#include "collectives/broadcast_named.h"
+#include "collectives/pack.h"
+#include "collectives/signature_check.h"
+#include "runtime/error.h"
+#include "runtime/replica_check.h"
+
+namespace tower {
+
+namespace {
+
+// Offsets inside a bucket are aligned so each gradient starts on its own cache line (and on a
+// GPU, on a boundary every kernel's vector loads accept).
+constexpr size_t bucket_alignment = 256;
+
+double seconds(std::chrono::steady_clock::duration d)
+{
+	return std::chrono::duration<double>(d).count();
+}
+
+} // namespace
+
+ReplicatedBuilder::ReplicatedBuilder(const Topology& topology, const Device& device, Model& model,
+				     Optimizer& optimizer, const ReplicatedOptions& options)
+	: topology_(topology), device_(device), model_(model), optimizer_(optimizer), options_(options),
+	  parameters_(model.parameters())
+{
+	if (options_.fusion_mb < 0)
+		throw AgreedError(fmt::format("--fusion-mb {} is negative; use 0 to disable fusion or a size in MiB",
+					      options_.fusion_mb));
+	for (size_t i = 0; i < parameters_.size(); ++i)
+		parameter_index_[parameters_[i]] = i;
+	check_gradient_list();
+	all_reduce_ = make_all_reduce(topology_, device_, options_.mode, options_.groups, options_.all_reduce);
+	bind_gradients_to_buckets();
+	auto variables_to_sync = variables();
+	broadcast_named(topology_, variables_to_sync, 0);
+	if (options_.overlap)
+		comm_thread_ = std::make_unique<CommThread>();
+}
+
+void ReplicatedBuilder::check_gradient_list() const
+{
+	std::vector<NamedTensor> gradients;
+	for (const Parameter* p : parameters_)
+		gradients.push_back({p->name, p->grad});
+	check_signatures(topology_.world(), gradients, 0, "gradient list");
+}
+
+void ReplicatedBuilder::bind_gradients_to_buckets()
+{
+	std::vector<TensorSpec> specs;
+	for (const Parameter* p : parameters_)
+		specs.push_back({p->name, p->grad.shape(), p->grad.dtype()});
+	const auto threshold = static_cast<size_t>(options_.fusion_mb * 1024.0 * 1024.0);
+	plan_ = plan_buckets(specs, threshold, bucket_alignment);
+
+	bucket_of_parameter_.assign(parameters_.size(), 0);
+	pending_in_bucket_.assign(plan_.buckets.size(), 0);
+	reduce_intervals_.assign(plan_.buckets.size(), {});
+	for (size_t b = 0; b < plan_.buckets.size(); ++b) {
+		const Bucket& bucket = plan_.buckets[b];
+		bucket_storage_.push_back(make_bucket_storage(bucket, device_));
+		const auto views = bucket_views(bucket, bucket_storage_.back(), specs);
+		for (size_t m = 0; m < bucket.members.size(); ++m) {
+			Parameter& p = *parameters_[bucket.members[m].tensor];
+			// Keep what the gradient held (normally zeros) and let it live in the bucket from now
+			// on: backward writes straight into the buffer that is all-reduced.
+			Tensor view = views[m];
+			view.copy_from(p.grad);
+			p.grad = view;
+			bucket_of_parameter_[bucket.members[m].tensor] = b;
+		}
+	}
+}
+
+std::vector<NamedTensor> ReplicatedBuilder::parameter_tensors() const
+{
+	std::vector<NamedTensor> out;
+	for (const Parameter* p : parameters_)
+		out.push_back({p->name, p->value});
+	return out;
+}
+
+std::vector<NamedTensor> ReplicatedBuilder::variables() const
+{
+	auto out = parameter_tensors();
+	for (auto& s : optimizer_.state())
+		out.push_back(s);
+	return out;
+}
+
+size_t ReplicatedBuilder::bytes_per_step() const
+{
+	size_t total = 0;
+	for (const Bucket& b : plan_.buckets)
+		total += b.bytes;
+	return total;
+}
+
+void ReplicatedBuilder::reduce_bucket(size_t b)
+{
+	const Bucket& bucket = plan_.buckets[b];
+	const auto start = Clock::now();
+	all_reduce_->run_in_place(bucket_storage_[b].data(), bucket.count(), bucket.dtype, options_.reduce);
+	reduce_intervals_[b] = {start, Clock::now()};
+}
+
+void ReplicatedBuilder::on_gradient_ready(const Parameter& parameter)
+{
+	const auto found = parameter_index_.find(&parameter);
+	TOWER_CHECK(found != parameter_index_.end(), "gradient of '{}' reported ready but it is not a registered "
+		    "parameter", parameter.name);
+	const size_t b = bucket_of_parameter_[found->second];
+	if (--pending_in_bucket_[b] == 0)
+		comm_thread_->submit([this, b] { reduce_bucket(b); });
+}
+
+StepStats ReplicatedBuilder::step(const Tensor& images, const Tensor& labels, float lr)
+{
+	StepStats stats;
+	for (size_t b = 0; b < plan_.buckets.size(); ++b)
+		pending_in_bucket_[b] = plan_.buckets[b].members.size();
+
+	const auto start = Clock::now();
+	stats.forward = model_.forward(images, labels);
+	const auto backward_start = Clock::now();
+	if (comm_thread_)
+		model_.backward([this](const Parameter& p) { on_gradient_ready(p); }, false);
+	else
+		model_.backward({}, false);
+	const auto backward_end = Clock::now();
+	stats.compute_s = seconds(backward_end - start);
+
+	if (comm_thread_) {
+		comm_thread_->wait_all();
+		for (size_t b = 0; b < pending_in_bucket_.size(); ++b)
+			TOWER_CHECK(pending_in_bucket_[b] == 0, "bucket {} still waits for {} gradient(s) after backward: "
+				    "the model did not report every gradient ready", b, pending_in_bucket_[b]);
+	} else {
+		for (size_t b = 0; b < plan_.buckets.size(); ++b)
+			reduce_bucket(b);
+	}
+
+	double hidden = 0;
+	for (const Interval& i : reduce_intervals_) {
+		stats.allreduce_s += seconds(i.end - i.start);
+		const auto overlap_end = std::min(i.end, backward_end);
+		if (overlap_end > i.start)
+			hidden += seconds(overlap_end - std::max(i.start, backward_start));
+	}
+	stats.hidden_fraction = stats.allreduce_s > 0 ? hidden / stats.allreduce_s : 0;
+	stats.allreduce_bytes = bytes_per_step();
+
+	optimizer_.step(parameters_, lr);
+	return stats;
+}
+
+ForwardResult ReplicatedBuilder::evaluate(const Tensor& images, const Tensor& labels)
+{
+	return model_.forward(images, labels);
+}
+
+uint64_t ReplicatedBuilder::check_replicas() const
+{
+	return check_replicas_of(topology_.world(), parameter_tensors());
+}
+
+} // namespace tower
