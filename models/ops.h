@@ -50,7 +50,7 @@ public:
 	virtual void bias_grad(const Tensor& dy, const Tensor& db, int64_t inner, bool accumulate) const = 0;
 
 	virtual void relu_forward(const Tensor& x, const Tensor& y) const = 0;
-	// dx = dy where y > 0, else 0; dx may be dy.
+	// dx = dy where y > 0, else 0; dx must not overlap y or dy.
 	virtual void relu_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) const = 0;
 
 	// One image [C, H, W] to columns [C*k*k, OH*OW] and back (col2im adds overlapping entries and
