@@ -67,6 +67,24 @@ Tensor Tensor::reshaped(const Shape& shape) const
 	return t;
 }
 
+Tensor Tensor::prefix(const Shape& shape) const
+{
+	TOWER_CHECK(shape_numel(shape) <= numel(), "a prefix {} does not fit in a tensor of {}", shape_text(shape),
+		    shape_text(shape_));
+	Tensor t = *this;
+	t.shape_ = shape;
+	return t;
+}
+
+Tensor Tensor::select(int64_t index) const
+{
+	TOWER_CHECK(rank() > 0 && index >= 0 && index < shape_[0], "entry {} of a tensor of {}", index, shape_text(shape_));
+	Tensor t = *this;
+	t.shape_.assign(shape_.begin() + 1, shape_.end());
+	t.data_ = static_cast<char*>(data_) + static_cast<size_t>(index) * t.bytes();
+	return t;
+}
+
 Tensor Tensor::clone() const
 {
 	Tensor t = empty(shape_, dtype_, device_);

@@ -44,6 +44,11 @@ public:
 
 	// Same memory, another shape of the same element count.
 	Tensor reshaped(const Shape& shape) const;
+	// The first shape_numel(shape) elements viewed as `shape`; shares (and keeps alive) the memory.
+	Tensor prefix(const Shape& shape) const;
+	// Entry `index` along the first dimension, as a tensor of the remaining dimensions that
+	// shares (and keeps alive) the memory.
+	Tensor select(int64_t index) const;
 	Tensor clone() const;
 	// Copies `src` into this tensor; shapes and dtypes must match, devices may differ.
 	void copy_from(const Tensor& src);

@@ -1,0 +1,72 @@
+// Unfolding one image into convolution columns on the CPU, and folding gradients back.
+#include <algorithm>
+
+#include "models/cpu/cpu_ops.h"
+#include "models/ops_checks.h"
+
+namespace tower {
+
+namespace {
+
+// The output columns [lo, hi) whose input column ox + kx - padding lies inside the image.
+struct Span {
+	int64_t lo;
+	int64_t hi;
+};
+
+Span valid_span(int64_t shift, int64_t in_size, int64_t out_size)
+{
+	return {std::clamp<int64_t>(-shift, 0, out_size), std::clamp<int64_t>(in_size - shift, 0, out_size)};
+}
+
+} // namespace
+
+void CpuOps::im2col(const ConvGeometry& g, const Tensor& image, const Tensor& col) const
+{
+	check_im2col(g, image, col);
+	const int64_t oh = g.out_height(), ow = g.out_width();
+	const float* in = image.data_as<float>();
+	float* out = col.data_as<float>();
+	for (int64_t c = 0; c < g.channels; ++c)
+		for (int64_t ky = 0; ky < g.kernel; ++ky)
+			for (int64_t kx = 0; kx < g.kernel; ++kx, out += oh * ow) {
+				const Span xs = valid_span(kx - g.padding, g.width, ow);
+				for (int64_t oy = 0; oy < oh; ++oy) {
+					float* dst = out + oy * ow;
+					const int64_t iy = oy + ky - g.padding;
+					if (iy < 0 || iy >= g.height) {
+						std::fill_n(dst, ow, 0.0f);
+						continue;
+					}
+					const float* src = in + (c * g.height + iy) * g.width + kx - g.padding;
+					std::fill(dst, dst + xs.lo, 0.0f);
+					std::copy(src + xs.lo, src + xs.hi, dst + xs.lo);
+					std::fill(dst + xs.hi, dst + ow, 0.0f);
+				}
+			}
+}
+
+void CpuOps::col2im(const ConvGeometry& g, const Tensor& col, const Tensor& image) const
+{
+	check_im2col(g, image, col);
+	const int64_t oh = g.out_height(), ow = g.out_width();
+	const float* in = col.data_as<float>();
+	float* out = image.data_as<float>();
+	std::fill_n(out, image.numel(), 0.0f);
+	for (int64_t c = 0; c < g.channels; ++c)
+		for (int64_t ky = 0; ky < g.kernel; ++ky)
+			for (int64_t kx = 0; kx < g.kernel; ++kx, in += oh * ow) {
+				const Span xs = valid_span(kx - g.padding, g.width, ow);
+				for (int64_t oy = 0; oy < oh; ++oy) {
+					const int64_t iy = oy + ky - g.padding;
+					if (iy < 0 || iy >= g.height)
+						continue;
+					const float* src = in + oy * ow;
+					float* dst = out + (c * g.height + iy) * g.width + kx - g.padding;
+					for (int64_t ox = xs.lo; ox < xs.hi; ++ox)
+						dst[ox] += src[ox];
+				}
+			}
+}
+
+} // namespace tower

@@ -1,0 +1,30 @@
+// The CPU backend of models/ops.h: OpenBLAS sgemm and plain loops the compiler vectorizes.
+#pragma once
+
+#include "models/ops.h"
+
+namespace tower {
+
+class CpuOps final : public Ops {
+public:
+	// Sets OpenBLAS to one thread unless OPENBLAS_NUM_THREADS says otherwise: every rank
+	// already has a core of its own.
+	CpuOps();
+
+	void gemm(Transpose ta, Transpose tb, float alpha, const Tensor& a, const Tensor& b, float beta,
+		  const Tensor& c) const override;
+	void fill(const Tensor& x, float value) const override;
+	void accumulate(float alpha, const Tensor& x, const Tensor& y) const override;
+	void bias_act(const Tensor& y, const Tensor& bias, int64_t inner, bool relu) const override;
+	void bias_grad(const Tensor& dy, const Tensor& db, int64_t inner, bool accumulate) const override;
+	void relu_forward(const Tensor& x, const Tensor& y) const override;
+	void relu_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) const override;
+	void im2col(const ConvGeometry& g, const Tensor& image, const Tensor& col) const override;
+	void col2im(const ConvGeometry& g, const Tensor& col, const Tensor& image) const override;
+	void maxpool_forward(const Tensor& x, const Tensor& y, const Tensor& argmax) const override;
+	void maxpool_backward(const Tensor& dy, const Tensor& argmax, const Tensor& dx) const override;
+	XentResult softmax_xent_forward(const Tensor& logits, const Tensor& labels, const Tensor& probs) const override;
+	void softmax_xent_backward(const Tensor& probs, const Tensor& labels, const Tensor& dlogits) const override;
+};
+
+} // namespace tower

@@ -1,0 +1,65 @@
+// Softmax cross-entropy on the CPU: probabilities, mean loss, correct count, and the gradient.
+#include <cmath>
+
+#include "models/cpu/cpu_ops.h"
+#include "models/ops_checks.h"
+#include "runtime/error.h"
+
+namespace tower {
+
+namespace {
+
+int64_t checked_label(const int32_t* labels, int64_t row, int64_t classes)
+{
+	const int64_t label = labels[row];
+	TOWER_CHECK(label >= 0 && label < classes, "label {} of sample {} is outside [0, {})", label, row, classes);
+	return label;
+}
+
+} // namespace
+
+XentResult CpuOps::softmax_xent_forward(const Tensor& logits, const Tensor& labels, const Tensor& probs) const
+{
+	check_xent(logits, labels, probs);
+	const int64_t rows = logits.dim(0), k = logits.dim(1);
+	double loss_sum = 0.0;
+	int64_t correct = 0;
+	for (int64_t r = 0; r < rows; ++r) {
+		const float* z = logits.data_as<float>() + r * k;
+		float* p = probs.data_as<float>() + r * k;
+		const int64_t label = checked_label(labels.data_as<int32_t>(), r, k);
+		int64_t best = 0;
+		for (int64_t j = 1; j < k; ++j)
+			if (z[j] > z[best])
+				best = j;
+		// Subtracting the maximum keeps exp() finite for any logits.
+		const float top = z[best];
+		float sum = 0.0f;
+		for (int64_t j = 0; j < k; ++j) {
+			p[j] = std::exp(z[j] - top);
+			sum += p[j];
+		}
+		const float inv = 1.0f / sum;
+		for (int64_t j = 0; j < k; ++j)
+			p[j] *= inv;
+		loss_sum += std::log(sum) - (z[label] - top);
+		correct += best == label ? 1 : 0;
+	}
+	return {rows > 0 ? static_cast<float>(loss_sum / static_cast<double>(rows)) : 0.0f, correct};
+}
+
+void CpuOps::softmax_xent_backward(const Tensor& probs, const Tensor& labels, const Tensor& dlogits) const
+{
+	check_xent(probs, labels, dlogits);
+	const int64_t rows = probs.dim(0), k = probs.dim(1);
+	const float scale = 1.0f / static_cast<float>(rows);
+	for (int64_t r = 0; r < rows; ++r) {
+		const float* p = probs.data_as<float>() + r * k;
+		float* d = dlogits.data_as<float>() + r * k;
+		for (int64_t j = 0; j < k; ++j)
+			d[j] = p[j] * scale;
+		d[checked_label(labels.data_as<int32_t>(), r, k)] -= scale;
+	}
+}
+
+} // namespace tower

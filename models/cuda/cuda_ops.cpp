@@ -1,0 +1,195 @@
+// The CUDA backend: setup, cuBLAS GEMM, and the checks around tower's kernels.
+#include "models/cuda/cuda_ops.h"
+
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "models/cuda/kernels.h"
+#include "models/ops_checks.h"
+#include "runtime/cuda_check.h"
+#include "runtime/memory.h"
+#include "runtime/gpu_runtime.h"
+
+namespace tower {
+
+namespace {
+
+void check_cublas(cublasStatus_t status, const char* what)
+{
+	TOWER_CHECK(status == CUBLAS_STATUS_SUCCESS, "{} failed: {}", what, cublasGetStatusString(status));
+}
+
+} // namespace
+
+void cuda::check_launch(const char* what)
+{
+	const cudaError_t rc = cudaGetLastError();
+	TOWER_CHECK(rc == cudaSuccess, "CUDA kernel {} failed to launch: {}", what, cudaGetErrorString(rc));
+}
+
+CudaOps::CudaOps(int device_index) : device_{DeviceKind::cuda, device_index}
+{
+	select_gpu(device_index);
+	check_cublas(cublasCreate(&cublas_), "cublasCreate");
+	xent_totals_ = Tensor::zeros({2}, DType::f32, device_);
+	xent_bad_label_ = Tensor::zeros({1}, DType::i32, device_);
+}
+
+CudaOps::~CudaOps()
+{
+	if (cublas_)
+		cublasDestroy(cublas_);
+}
+
+void CudaOps::expect_here(const Tensor& t, const char* what) const
+{
+	expect_on(t, device_, what);
+}
+
+void CudaOps::gemm(Transpose ta, Transpose tb, float alpha, const Tensor& a, const Tensor& b, float beta,
+		   const Tensor& c) const
+{
+	const GemmDims d = checked_gemm_dims(ta, tb, a, b, c);
+	for (const Tensor* t : {&a, &b, &c})
+		expect_here(*t, "gemm operand");
+	if (d.m == 0 || d.n == 0)
+		return;
+	// cuBLAS is column-major: a row-major C = op(A) op(B) is the column-major C^T = op(B)^T op(A)^T,
+	// so the operands swap places and keep their transpose flags.
+	const auto flag = [](Transpose t) { return t == Transpose::yes ? CUBLAS_OP_T : CUBLAS_OP_N; };
+	check_cublas(cublasSgemm(cublas_, flag(tb), flag(ta), static_cast<int>(d.n), static_cast<int>(d.m),
+				 static_cast<int>(d.k), &alpha, b.data_as<float>(), static_cast<int>(b.dim(1)),
+				 a.data_as<float>(), static_cast<int>(a.dim(1)), &beta, c.data_as<float>(),
+				 static_cast<int>(c.dim(1))),
+		     "cublasSgemm");
+}
+
+void CudaOps::fill(const Tensor& x, float value) const
+{
+	expect_f32(x, "filled tensor");
+	expect_here(x, "filled tensor");
+	cuda::fill(x.data_as<float>(), x.numel(), value);
+}
+
+void CudaOps::accumulate(float alpha, const Tensor& x, const Tensor& y) const
+{
+	expect_f32(x, "accumulated tensor");
+	expect_f32(y, "accumulator");
+	expect_same_numel(x, y, "accumulate");
+	expect_here(x, "accumulated tensor");
+	expect_here(y, "accumulator");
+	cuda::axpy(alpha, x.data_as<float>(), y.data_as<float>(), x.numel());
+}
+
+void CudaOps::bias_act(const Tensor& y, const Tensor& bias, int64_t inner, bool relu) const
+{
+	const int64_t outer = checked_bias_outer(y, bias, inner);
+	expect_here(y, "biased tensor");
+	expect_here(bias, "bias");
+	cuda::bias_act(y.data_as<float>(), bias.data_as<float>(), outer, bias.numel(), inner, relu);
+}
+
+void CudaOps::bias_grad(const Tensor& dy, const Tensor& db, int64_t inner, bool accumulate) const
+{
+	const int64_t outer = checked_bias_outer(dy, db, inner);
+	expect_here(dy, "output gradient");
+	expect_here(db, "bias gradient");
+	cuda::bias_grad(dy.data_as<float>(), db.data_as<float>(), outer, db.numel(), inner, accumulate);
+}
+
+void CudaOps::relu_forward(const Tensor& x, const Tensor& y) const
+{
+	expect_f32(x, "relu input");
+	expect_f32(y, "relu output");
+	expect_same_numel(x, y, "relu");
+	expect_here(x, "relu input");
+	expect_here(y, "relu output");
+	cuda::relu_forward(x.data_as<float>(), y.data_as<float>(), x.numel());
+}
+
+void CudaOps::relu_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) const
+{
+	for (const Tensor* t : {&y, &dy, &dx}) {
+		expect_f32(*t, "relu backward operand");
+		expect_here(*t, "relu backward operand");
+		expect_same_numel(y, *t, "relu backward");
+	}
+	cuda::relu_backward(y.data_as<float>(), dy.data_as<float>(), dx.data_as<float>(), y.numel());
+}
+
+void CudaOps::im2col(const ConvGeometry& g, const Tensor& image, const Tensor& col) const
+{
+	check_im2col(g, image, col);
+	expect_here(image, "im2col image");
+	expect_here(col, "im2col columns");
+	cuda::im2col(g, image.data_as<float>(), col.data_as<float>());
+}
+
+void CudaOps::col2im(const ConvGeometry& g, const Tensor& col, const Tensor& image) const
+{
+	check_im2col(g, image, col);
+	expect_here(image, "col2im image");
+	expect_here(col, "col2im columns");
+	cuda::col2im(g, col.data_as<float>(), image.data_as<float>());
+}
+
+void CudaOps::maxpool_forward(const Tensor& x, const Tensor& y, const Tensor& argmax) const
+{
+	check_maxpool(x, y, argmax);
+	for (const Tensor* t : {&x, &y, &argmax})
+		expect_here(*t, "pooling operand");
+	cuda::maxpool_forward(x.data_as<float>(), y.data_as<float>(), argmax.data_as<int32_t>(), x.dim(0) * x.dim(1),
+			      x.dim(2), x.dim(3));
+}
+
+void CudaOps::maxpool_backward(const Tensor& dy, const Tensor& argmax, const Tensor& dx) const
+{
+	check_maxpool(dx, dy, argmax);
+	for (const Tensor* t : {&dx, &dy, &argmax})
+		expect_here(*t, "pooling operand");
+	cuda::maxpool_backward(dy.data_as<float>(), argmax.data_as<int32_t>(), dx.data_as<float>(),
+			       dx.dim(0) * dx.dim(1), dx.dim(2), dx.dim(3));
+}
+
+XentResult CudaOps::softmax_xent_forward(const Tensor& logits, const Tensor& labels, const Tensor& probs) const
+{
+	check_xent(logits, labels, probs);
+	for (const Tensor* t : {&logits, &labels, &probs})
+		expect_here(*t, "cross-entropy operand");
+	const int64_t rows = logits.dim(0);
+	if (xent_rows_.numel() < 2 * rows)
+		xent_rows_ = Tensor::empty({2 * rows}, DType::f32, device_);
+	cuda::softmax_xent_forward(logits.data_as<float>(), labels.data_as<int32_t>(), probs.data_as<float>(),
+				   xent_rows_.data_as<float>(), xent_totals_.data_as<float>(),
+				   xent_bad_label_.data_as<int32_t>(), rows, logits.dim(1));
+	float totals[2] = {0.0f, 0.0f};
+	int32_t bad = 0;
+	copy_bytes(totals, Device{}, xent_totals_.data(), device_, sizeof totals);
+	copy_bytes(&bad, Device{}, xent_bad_label_.data(), device_, sizeof bad);
+	TOWER_CHECK(bad == 0, "a label is outside [0, {}); check the data set's labels", logits.dim(1));
+	return {rows > 0 ? totals[0] / static_cast<float>(rows) : 0.0f, static_cast<int64_t>(totals[1])};
+}
+
+void CudaOps::softmax_xent_backward(const Tensor& probs, const Tensor& labels, const Tensor& dlogits) const
+{
+	check_xent(probs, labels, dlogits);
+	for (const Tensor* t : {&probs, &labels, &dlogits})
+		expect_here(*t, "cross-entropy operand");
+	cuda::softmax_xent_backward(probs.data_as<float>(), labels.data_as<int32_t>(), dlogits.data_as<float>(),
+				    probs.dim(0), probs.dim(1));
+}
+
+const Ops& cuda_ops(int device_index)
+{
+	// One backend per device, made on first use and kept for the process's life.
+	static std::mutex mutex;
+	static std::map<int, std::unique_ptr<CudaOps>> by_device;
+	const std::lock_guard<std::mutex> lock(mutex);
+	std::unique_ptr<CudaOps>& ops = by_device[device_index];
+	if (!ops)
+		ops = std::make_unique<CudaOps>(device_index);
+	return *ops;
+}
+
+} // namespace tower

@@ -1,0 +1,45 @@
+// The CUDA backend of models/ops.h: cuBLAS for GEMM and tower's kernels for the rest.
+#pragma once
+
+#include <cublas_v2.h>
+
+#include "models/ops.h"
+
+namespace tower {
+
+class CudaOps final : public Ops {
+public:
+	// Makes `device_index` current and creates its cuBLAS handle.
+	explicit CudaOps(int device_index);
+	~CudaOps() override;
+	CudaOps(const CudaOps&) = delete;
+	CudaOps& operator=(const CudaOps&) = delete;
+
+	void gemm(Transpose ta, Transpose tb, float alpha, const Tensor& a, const Tensor& b, float beta,
+		  const Tensor& c) const override;
+	void fill(const Tensor& x, float value) const override;
+	void accumulate(float alpha, const Tensor& x, const Tensor& y) const override;
+	void bias_act(const Tensor& y, const Tensor& bias, int64_t inner, bool relu) const override;
+	void bias_grad(const Tensor& dy, const Tensor& db, int64_t inner, bool accumulate) const override;
+	void relu_forward(const Tensor& x, const Tensor& y) const override;
+	void relu_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) const override;
+	void im2col(const ConvGeometry& g, const Tensor& image, const Tensor& col) const override;
+	void col2im(const ConvGeometry& g, const Tensor& col, const Tensor& image) const override;
+	void maxpool_forward(const Tensor& x, const Tensor& y, const Tensor& argmax) const override;
+	void maxpool_backward(const Tensor& dy, const Tensor& argmax, const Tensor& dx) const override;
+	XentResult softmax_xent_forward(const Tensor& logits, const Tensor& labels, const Tensor& probs) const override;
+	void softmax_xent_backward(const Tensor& probs, const Tensor& labels, const Tensor& dlogits) const override;
+
+private:
+	void expect_here(const Tensor& t, const char* what) const;
+
+	Device device_;
+	cublasHandle_t cublas_ = nullptr;
+	// Per-row losses and flags, the two totals, and the bad-label flag of the cross-entropy;
+	// grown to the largest batch seen and then reused.
+	mutable Tensor xent_rows_;
+	Tensor xent_totals_;
+	Tensor xent_bad_label_;
+};
+
+} // namespace tower

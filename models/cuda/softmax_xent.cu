@@ -1,0 +1,94 @@
+// Softmax cross-entropy on the GPU: probabilities, per-row losses, their sum and the correct count.
+#include "models/cuda/kernels.h"
+#include "models/cuda/launch.cuh"
+
+namespace tower::cuda {
+
+namespace {
+
+// One thread per row: the class count is small (10), so a row fits in one thread's loop.
+// row_loss holds 2 * rows floats: each row's loss, then each row's correct flag (0 or 1).
+__global__ void softmax_rows_kernel(const float* logits, const int32_t* labels, float* probs, float* row_loss,
+				    int32_t* bad_label, int64_t rows, int64_t k)
+{
+	for (int64_t r = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; r < rows; r += int64_t(gridDim.x) * blockDim.x) {
+		const float* z = logits + r * k;
+		float* p = probs + r * k;
+		int64_t label = labels[r];
+		if (label < 0 || label >= k) {
+			*bad_label = 1;
+			label = 0;
+		}
+		int64_t best = 0;
+		for (int64_t j = 1; j < k; ++j)
+			if (z[j] > z[best])
+				best = j;
+		const float top = z[best];
+		float sum = 0.0f;
+		for (int64_t j = 0; j < k; ++j) {
+			p[j] = expf(z[j] - top);
+			sum += p[j];
+		}
+		const float inv = 1.0f / sum;
+		for (int64_t j = 0; j < k; ++j)
+			p[j] *= inv;
+		row_loss[r] = logf(sum) - (z[label] - top);
+		row_loss[rows + r] = best == label ? 1.0f : 0.0f;
+	}
+}
+
+// One block adds the per-row losses and correct flags in a fixed order (deterministic).
+__global__ void sum_rows_kernel(const float* row_loss, float* totals, int64_t rows)
+{
+	__shared__ float loss[block_threads];
+	__shared__ float hits[block_threads];
+	float l = 0.0f, h = 0.0f;
+	for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) {
+		l += row_loss[r];
+		h += row_loss[rows + r];
+	}
+	loss[threadIdx.x] = l;
+	hits[threadIdx.x] = h;
+	__syncthreads();
+	for (int step = block_threads / 2; step > 0; step /= 2) {
+		if (threadIdx.x < step) {
+			loss[threadIdx.x] += loss[threadIdx.x + step];
+			hits[threadIdx.x] += hits[threadIdx.x + step];
+		}
+		__syncthreads();
+	}
+	if (threadIdx.x == 0) {
+		totals[0] = loss[0];
+		totals[1] = hits[0];
+	}
+}
+
+__global__ void softmax_xent_backward_kernel(const float* probs, const int32_t* labels, float* dlogits, int64_t rows,
+					     int64_t k)
+{
+	const float scale = 1.0f / static_cast<float>(rows);
+	const int64_t n = rows * k;
+	for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+		const int64_t r = i / k, j = i % k;
+		dlogits[i] = (probs[i] - (labels[r] == j ? 1.0f : 0.0f)) * scale;
+	}
+}
+
+} // namespace
+
+void softmax_xent_forward(const float* logits, const int32_t* labels, float* probs, float* row_loss, float* totals,
+			  int32_t* bad_label, int64_t rows, int64_t classes)
+{
+	softmax_rows_kernel<<<grid_for(rows), block_threads>>>(logits, labels, probs, row_loss, bad_label, rows, classes);
+	check_launch("softmax_xent_forward");
+	sum_rows_kernel<<<1, block_threads>>>(row_loss, totals, rows);
+	check_launch("softmax_xent_forward sum");
+}
+
+void softmax_xent_backward(const float* probs, const int32_t* labels, float* dlogits, int64_t rows, int64_t classes)
+{
+	softmax_xent_backward_kernel<<<grid_for(rows * classes), block_threads>>>(probs, labels, dlogits, rows, classes);
+	check_launch("softmax_xent_backward");
+}
+
+} // namespace tower::cuda

@@ -1,0 +1,47 @@
+// 2-D convolution, stride 1 with configurable zero padding, as im2col + GEMM; optional fused ReLU.
+#pragma once
+
+#include <string>
+
+#include "models/layers/layer.h"
+#include "models/layers/linear.h"
+#include "models/layers/workspace.h"
+#include "models/ops.h"
+
+namespace tower {
+
+struct Conv2dShape {
+	int64_t in_channels = 0;
+	int64_t out_channels = 0;
+	int64_t kernel = 0;
+	int64_t padding = 0;
+};
+
+class Conv2d final : public Layer {
+public:
+	// Parameters "<name>.weight" [out, in, k, k] and "<name>.bias" [out], seeded from (seed, name).
+	Conv2d(const std::string& name, const Conv2dShape& shape, Activation activation, uint64_t seed,
+	       const Device& device);
+
+	std::vector<Parameter*> parameters() override { return {&weight_, &bias_}; }
+	const Tensor& forward(const Tensor& x) override; // x: [B, in, H, W]
+	const Tensor& backward(const Tensor& dy, const BackwardArgs& args) override;
+
+private:
+	ConvGeometry geometry_for(const Tensor& x) const;
+
+	Conv2dShape shape_;
+	Activation activation_;
+	Parameter weight_;
+	Parameter bias_;
+	ConvGeometry g_;
+	Tensor x_;
+	Tensor y_;
+	Workspace y_ws_;
+	Workspace col_ws_;
+	Workspace dz_ws_;
+	Workspace dx_ws_;
+	Tensor dx_;
+};
+
+} // namespace tower

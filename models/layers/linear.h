@@ -1,0 +1,37 @@
+// Fully connected layer y = x W^T + b, optionally followed by a fused ReLU.
+#pragma once
+
+#include <string>
+
+#include "models/layers/layer.h"
+#include "models/layers/workspace.h"
+
+namespace tower {
+
+enum class Activation { none, relu };
+
+class Linear final : public Layer {
+public:
+	// Parameters "<name>.weight" [out, in] and "<name>.bias" [out], seeded from (seed, name).
+	Linear(const std::string& name, int64_t in, int64_t out, Activation activation, uint64_t seed,
+	       const Device& device);
+
+	std::vector<Parameter*> parameters() override { return {&weight_, &bias_}; }
+	const Tensor& forward(const Tensor& x) override; // x: [B, in]
+	const Tensor& backward(const Tensor& dy, const BackwardArgs& args) override;
+
+private:
+	int64_t in_;
+	int64_t out_;
+	Activation activation_;
+	Parameter weight_;
+	Parameter bias_;
+	Tensor x_;
+	Tensor y_;
+	Workspace y_ws_;
+	Workspace dz_ws_;
+	Workspace dx_ws_;
+	Tensor dx_;
+};
+
+} // namespace tower

@@ -1,0 +1,23 @@
+// The loss of the built-in models: softmax cross-entropy averaged over the batch.
+#include "models/layers/softmax_xent.h"
+
+#include "runtime/error.h"
+
+namespace tower {
+
+XentResult SoftmaxCrossEntropy::forward(const Tensor& logits, const Tensor& labels)
+{
+	labels_ = labels;
+	probs_ = probs_ws_.get(logits.shape(), DType::f32, logits.device());
+	return ops_for(logits.device()).softmax_xent_forward(logits, labels, probs_);
+}
+
+const Tensor& SoftmaxCrossEntropy::backward()
+{
+	TOWER_CHECK(probs_.data() != nullptr, "cross-entropy backward before any forward");
+	dlogits_ = dlogits_ws_.get(probs_.shape(), DType::f32, probs_.device());
+	ops_for(probs_.device()).softmax_xent_backward(probs_, labels_, dlogits_);
+	return dlogits_;
+}
+
+} // namespace tower

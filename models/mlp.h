@@ -1,0 +1,21 @@
+// The multilayer perceptron: 784 -> hidden (x depth, ReLU) -> 10.
+#pragma once
+
+#include <memory>
+
+#include "models/sequential.h"
+
+namespace tower {
+
+struct MlpOptions {
+	int64_t inputs = 784;
+	int64_t hidden = 1024;
+	int64_t depth = 2; // hidden layers
+	int64_t classes = 10;
+	uint64_t seed = 0;
+};
+
+// Layers fc1 .. fc<depth+1>; each hidden layer has its ReLU fused into the bias pass.
+std::unique_ptr<SequentialModel> make_mlp(const MlpOptions& options, const Device& device);
+
+} // namespace tower

@@ -1,0 +1,46 @@
+// Builds the built-in models by name.
+#include "models/model_factory.h"
+
+#include "models/cnn.h"
+#include "models/mlp.h"
+#include "runtime/error.h"
+
+namespace tower {
+
+namespace {
+
+void expect_option(bool ok, const std::string& what)
+{
+	if (!ok)
+		throw AgreedError(what);
+}
+
+} // namespace
+
+std::string known_model_names()
+{
+	return "mlp, cnn";
+}
+
+std::unique_ptr<Model> make_model(const ModelConfig& config, const Device& device)
+{
+	expect_option(config.hidden >= 0, fmt::format("model hidden width {} is negative; use a positive width, or 0 "
+						      "for the model's default", config.hidden));
+	if (config.name == "mlp") {
+		expect_option(config.depth >= 1, fmt::format("mlp depth {} must be at least 1 hidden layer", config.depth));
+		MlpOptions o;
+		o.hidden = config.hidden > 0 ? config.hidden : o.hidden;
+		o.depth = config.depth;
+		o.seed = config.seed;
+		return make_mlp(o, device);
+	}
+	if (config.name == "cnn") {
+		CnnOptions o;
+		o.hidden = config.hidden > 0 ? config.hidden : o.hidden;
+		o.seed = config.seed;
+		return make_cnn(o, device);
+	}
+	throw AgreedError(fmt::format("unknown model '{}'; the known models are: {}", config.name, known_model_names()));
+}
+
+} // namespace tower

@@ -1,0 +1,27 @@
+// Builds the built-in models by name.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "models/model.h"
+#include "runtime/device.h"
+
+namespace tower {
+
+struct ModelConfig {
+	std::string name = "mlp"; // "mlp" or "cnn"
+	int64_t hidden = 0;       // hidden width; 0 picks the model's default (mlp 1024, cnn 512)
+	int64_t depth = 2;        // mlp only: the number of hidden layers
+	uint64_t seed = 0;        // initial parameters depend on this alone
+};
+
+// The names make_model knows, for help texts: "mlp, cnn".
+std::string known_model_names();
+
+// Throws tower::AgreedError (every rank holds the same config) naming the known models for an
+// unknown name, or the bad option for a hidden width or depth out of range.
+std::unique_ptr<Model> make_model(const ModelConfig& config, const Device& device);
+
+} // namespace tower

@@ -1,0 +1,80 @@
+// The tensor operations layers are built from, behind one interface with a CPU and a CUDA backend.
+#pragma once
+
+#include <cstdint>
+
+#include "models/tensor.h"
+
+namespace tower {
+
+enum class Transpose { no, yes };
+
+// Geometry of a square-kernel, stride-1 convolution over one image [channels, height, width].
+// (constexpr so CUDA kernels can call the helpers too.)
+struct ConvGeometry {
+	int64_t channels = 0;
+	int64_t height = 0;
+	int64_t width = 0;
+	int64_t kernel = 0;
+	int64_t padding = 0;
+
+	constexpr int64_t out_height() const { return height + 2 * padding - kernel + 1; }
+	constexpr int64_t out_width() const { return width + 2 * padding - kernel + 1; }
+	constexpr int64_t col_rows() const { return channels * kernel * kernel; }
+	constexpr int64_t col_cols() const { return out_height() * out_width(); }
+};
+
+struct XentResult {
+	float loss = 0.0f;   // mean over the batch
+	int64_t correct = 0; // rows whose arg-max equals the label
+};
+
+// Every tensor is dense, row-major and f32 unless said otherwise; all tensors of one call live on
+// the device the Ops object was chosen for. Operations may run asynchronously on that device;
+// results that come back to the host (softmax_xent_forward) wait for it.
+class Ops {
+public:
+	virtual ~Ops() = default;
+
+	// c = alpha * op(a) * op(b) + beta * c for 2-D a, b, c (op transposes when asked).
+	virtual void gemm(Transpose ta, Transpose tb, float alpha, const Tensor& a, const Tensor& b, float beta,
+			  const Tensor& c) const = 0;
+
+	virtual void fill(const Tensor& x, float value) const = 0;
+	// y += alpha * x.
+	virtual void accumulate(float alpha, const Tensor& x, const Tensor& y) const = 0;
+
+	// y viewed as [outer, bias.numel(), inner]: y[o, c, i] += bias[c], then max(0, .) with `relu`.
+	virtual void bias_act(const Tensor& y, const Tensor& bias, int64_t inner, bool relu) const = 0;
+	// db[c] (+)= sum over o, i of dy[o, c, i]; adds to db with `accumulate`.
+	virtual void bias_grad(const Tensor& dy, const Tensor& db, int64_t inner, bool accumulate) const = 0;
+
+	virtual void relu_forward(const Tensor& x, const Tensor& y) const = 0;
+	// dx = dy where y > 0, else 0; dx must not overlap y or dy.
+	virtual void relu_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) const = 0;
+
+	// One image [C, H, W] to columns [C*k*k, OH*OW] and back (col2im adds overlapping entries and
+	// overwrites image).
+	virtual void im2col(const ConvGeometry& g, const Tensor& image, const Tensor& col) const = 0;
+	virtual void col2im(const ConvGeometry& g, const Tensor& col, const Tensor& image) const = 0;
+
+	// 2x2 stride-2 max pooling of x [N, C, H, W] into y [N, C, H/2, W/2]; `argmax` (i32, y's shape)
+	// records the flat index within each image plane of the chosen input for the backward pass.
+	virtual void maxpool_forward(const Tensor& x, const Tensor& y, const Tensor& argmax) const = 0;
+	// dx = 0 except at the recorded positions, which receive dy.
+	virtual void maxpool_backward(const Tensor& dy, const Tensor& argmax, const Tensor& dx) const = 0;
+
+	// Softmax of logits [B, K] into probs, and the mean cross-entropy against labels (i32 [B]).
+	virtual XentResult softmax_xent_forward(const Tensor& logits, const Tensor& labels, const Tensor& probs) const = 0;
+	// dlogits = (probs - onehot(labels)) / B.
+	virtual void softmax_xent_backward(const Tensor& probs, const Tensor& labels, const Tensor& dlogits) const = 0;
+};
+
+// The backend for tensors on `device`. Throws tower::Error when the build has no backend for it.
+const Ops& ops_for(const Device& device);
+
+// The CPU backend, and the CUDA backend of one device (throws in a build without CUDA).
+const Ops& cpu_ops();
+const Ops& cuda_ops(int device_index);
+
+} // namespace tower

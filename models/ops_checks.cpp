@@ -1,0 +1,90 @@
+// Shape, dtype and device checks shared by the backends of models/ops.h.
+#include "models/ops_checks.h"
+
+#include "runtime/error.h"
+
+namespace tower {
+
+void expect_f32(const Tensor& t, const char* what)
+{
+	TOWER_CHECK(t.dtype() == DType::f32, "{} is {} but only f32 is supported so far", what, dtype_name(t.dtype()));
+}
+
+void expect_on(const Tensor& t, const Device& device, const char* what)
+{
+	TOWER_CHECK(t.device().kind == device.kind && t.device().index == device.index,
+		    "{} is on {} but the operation runs on {}", what, t.device().name(), device.name());
+}
+
+void expect_same_numel(const Tensor& a, const Tensor& b, const char* what)
+{
+	TOWER_CHECK(a.numel() == b.numel(), "{}: {} and {} differ in size", what, shape_text(a.shape()),
+		    shape_text(b.shape()));
+}
+
+GemmDims checked_gemm_dims(Transpose ta, Transpose tb, const Tensor& a, const Tensor& b, const Tensor& c)
+{
+	expect_f32(a, "gemm operand a");
+	expect_f32(b, "gemm operand b");
+	expect_f32(c, "gemm result c");
+	TOWER_CHECK(a.rank() == 2 && b.rank() == 2 && c.rank() == 2, "gemm needs 2-D tensors, got {} {} {}",
+		    shape_text(a.shape()), shape_text(b.shape()), shape_text(c.shape()));
+	const bool at = ta == Transpose::yes;
+	const bool bt = tb == Transpose::yes;
+	GemmDims d;
+	d.m = at ? a.dim(1) : a.dim(0);
+	d.k = at ? a.dim(0) : a.dim(1);
+	d.n = bt ? b.dim(0) : b.dim(1);
+	const int64_t kb = bt ? b.dim(1) : b.dim(0);
+	TOWER_CHECK(kb == d.k && c.dim(0) == d.m && c.dim(1) == d.n,
+		    "gemm shapes do not fit: op(a) of {}{} times op(b) of {}{} into {}", shape_text(a.shape()),
+		    at ? "^T" : "", shape_text(b.shape()), bt ? "^T" : "", shape_text(c.shape()));
+	return d;
+}
+
+int64_t checked_bias_outer(const Tensor& y, const Tensor& bias, int64_t inner)
+{
+	expect_f32(y, "biased tensor");
+	expect_f32(bias, "bias");
+	const int64_t per_outer = bias.numel() * inner;
+	TOWER_CHECK(inner > 0 && per_outer > 0 && y.numel() % per_outer == 0,
+		    "a bias of {} with inner size {} does not tile a tensor of {}", shape_text(bias.shape()), inner,
+		    shape_text(y.shape()));
+	return y.numel() / per_outer;
+}
+
+void check_maxpool(const Tensor& x, const Tensor& y, const Tensor& argmax)
+{
+	expect_f32(x, "pooling input");
+	expect_f32(y, "pooling output");
+	TOWER_CHECK(argmax.dtype() == DType::i32, "pooling argmax is {} but must be i32", dtype_name(argmax.dtype()));
+	TOWER_CHECK(x.rank() == 4, "pooling input must be [N, C, H, W], got {}", shape_text(x.shape()));
+	const Shape want = {x.dim(0), x.dim(1), x.dim(2) / 2, x.dim(3) / 2};
+	TOWER_CHECK(y.shape() == want && argmax.shape() == want, "pooling {} needs output and argmax {}, got {} and {}",
+		    shape_text(x.shape()), shape_text(want), shape_text(y.shape()), shape_text(argmax.shape()));
+}
+
+void check_im2col(const ConvGeometry& g, const Tensor& image, const Tensor& col)
+{
+	expect_f32(image, "im2col image");
+	expect_f32(col, "im2col columns");
+	TOWER_CHECK(g.kernel > 0 && g.padding >= 0 && g.out_height() > 0 && g.out_width() > 0,
+		    "convolution of {}x{} with kernel {} and padding {} has no output", g.height, g.width, g.kernel,
+		    g.padding);
+	TOWER_CHECK(image.numel() == g.channels * g.height * g.width, "image {} is not [{}, {}, {}]",
+		    shape_text(image.shape()), g.channels, g.height, g.width);
+	TOWER_CHECK(col.numel() == g.col_rows() * g.col_cols(), "columns {} are not [{}, {}]", shape_text(col.shape()),
+		    g.col_rows(), g.col_cols());
+}
+
+void check_xent(const Tensor& logits, const Tensor& labels, const Tensor& probs)
+{
+	expect_f32(logits, "logits");
+	expect_f32(probs, "probabilities");
+	TOWER_CHECK(labels.dtype() == DType::i32, "labels are {} but must be i32", dtype_name(labels.dtype()));
+	TOWER_CHECK(logits.rank() == 2 && labels.numel() == logits.dim(0) && probs.shape() == logits.shape(),
+		    "cross-entropy needs logits [B, K], labels [B] and probs [B, K]; got {}, {} and {}",
+		    shape_text(logits.shape()), shape_text(labels.shape()), shape_text(probs.shape()));
+}
+
+} // namespace tower

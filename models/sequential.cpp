@@ -1,0 +1,62 @@
+// A model made of a chain of layers ending in softmax cross-entropy; the built-in models are these.
+#include "models/sequential.h"
+
+#include "runtime/error.h"
+
+namespace tower {
+
+SequentialModel::SequentialModel(std::vector<std::unique_ptr<Layer>> layers, const Device& device)
+	: layers_(std::move(layers)), device_(device)
+{
+	first_trainable_ = layers_.size();
+	for (size_t i = 0; i < layers_.size(); ++i)
+		if (!layers_[i]->parameters().empty()) {
+			first_trainable_ = i;
+			break;
+		}
+}
+
+std::vector<Parameter*> SequentialModel::parameters()
+{
+	std::vector<Parameter*> all;
+	for (auto& layer : layers_)
+		for (Parameter* p : layer->parameters())
+			all.push_back(p);
+	return all;
+}
+
+ForwardResult SequentialModel::forward(const Tensor& images, const Tensor& labels)
+{
+	TOWER_CHECK(images.dtype() == DType::f32 && labels.dtype() == DType::i32,
+		    "a model takes f32 images and i32 labels, got {} and {}", dtype_name(images.dtype()),
+		    dtype_name(labels.dtype()));
+	TOWER_CHECK(images.device().kind == device_.kind && labels.device().kind == device_.kind &&
+			    images.device().index == device_.index && labels.device().index == device_.index,
+		    "the model lives on {} but images are on {} and labels on {}", device_.name(),
+		    images.device().name(), labels.device().name());
+	TOWER_CHECK(images.rank() >= 1 && labels.rank() == 1 && labels.dim(0) == images.dim(0),
+		    "images {} and labels {} disagree on the batch size", shape_text(images.shape()),
+		    shape_text(labels.shape()));
+	const Tensor* x = &images;
+	for (auto& layer : layers_)
+		x = &layer->forward(*x);
+	const XentResult r = loss_.forward(*x, labels);
+	have_forward_ = true;
+	return {r.loss, r.correct};
+}
+
+void SequentialModel::backward(const GradReadyFn& on_ready, bool accumulate)
+{
+	TOWER_CHECK(have_forward_, "backward needs a forward first");
+	BackwardArgs args;
+	args.accumulate = accumulate;
+	args.on_ready = &on_ready;
+	const Tensor* dy = &loss_.backward();
+	// Layers before the first one with parameters are never differentiated.
+	for (size_t i = layers_.size(); i-- > first_trainable_;) {
+		args.need_input_grad = i > first_trainable_;
+		dy = &layers_[i]->backward(*dy, args);
+	}
+}
+
+} // namespace tower

@@ -1,0 +1,122 @@
+// GPU test: each layer's forward and backward, and whole models, on CUDA against the CPU backend.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <functional>
+#include <memory>
+
+#include "models/init.h"
+#include "models/layers/conv2d.h"
+#include "models/layers/flatten.h"
+#include "models/layers/linear.h"
+#include "models/layers/maxpool2d.h"
+#include "models/layers/relu.h"
+#include "models/model_factory.h"
+#include "runtime/device.h"
+#include "test/harness/mpi_main.h"
+
+using namespace tower;
+using tower::test::world;
+
+namespace {
+
+Device gpu()
+{
+	const Topology t(world().comm(), std::nullopt);
+	return assign_device(t, probe_gpu_runtime(), DevicePreference::cuda);
+}
+
+void check_close(const Tensor& cpu, const Tensor& cuda, const char* what)
+{
+	REQUIRE(cpu.shape() == cuda.shape());
+	const std::vector<float> a = cpu.to_host_f32(), b = cuda.to_host_f32();
+	float scale = 0.0f;
+	for (float v : a)
+		scale = std::max(scale, std::abs(v));
+	for (size_t i = 0; i < a.size(); ++i) {
+		INFO(what, "[", i, "]: cpu ", a[i], ", cuda ", b[i]);
+		CHECK(std::abs(a[i] - b[i]) <= 1e-4f * (std::abs(a[i]) + scale) + 1e-6f);
+	}
+}
+
+Tensor on(const Device& d, const Tensor& host)
+{
+	Tensor t = Tensor::empty(host.shape(), host.dtype(), d);
+	t.copy_from(host);
+	return t;
+}
+
+using LayerMaker = std::function<std::unique_ptr<Layer>(const Device&)>;
+
+// Same layer (same seed) on both devices: forward, then backward of a fixed dy, twice with the
+// second accumulating.
+void compare_layer(const LayerMaker& make, const Shape& input)
+{
+	const Device g = gpu();
+	auto cpu = make(Device{});
+	auto cuda = make(g);
+	const Tensor x = Tensor::from_host(seeded_uniform("x", 3, shape_numel(input), 1.0f), input, Device{});
+	const Tensor& y_cpu = cpu->forward(x);
+	const Tensor& y_cuda = cuda->forward(on(g, x));
+	check_close(y_cpu, y_cuda, "output");
+	const Tensor dy = Tensor::from_host(seeded_uniform("dy", 4, y_cpu.numel(), 1.0f), y_cpu.shape(), Device{});
+	const Tensor dy_cuda = on(g, dy);
+	for (bool accumulate : {false, true}) {
+		const BackwardArgs args{true, accumulate, nullptr};
+		const Tensor dx_cpu = cpu->backward(dy, args);
+		const Tensor dx_cuda = cuda->backward(dy_cuda, args);
+		check_close(dx_cpu, dx_cuda, "input gradient");
+		const auto pc = cpu->parameters(), pg = cuda->parameters();
+		for (size_t i = 0; i < pc.size(); ++i)
+			check_close(pc[i]->grad, pg[i]->grad, pc[i]->name.c_str());
+	}
+}
+
+} // namespace
+
+TEST_CASE("Linear with and without fused ReLU")
+{
+	for (Activation a : {Activation::none, Activation::relu})
+		compare_layer([a](const Device& d) { return std::make_unique<Linear>("fc", 37, 19, a, 1, d); }, {13, 37});
+}
+
+TEST_CASE("Conv2d with padding 2 and 0")
+{
+	for (int64_t pad : {2, 0})
+		compare_layer([pad](const Device& d) {
+			return std::make_unique<Conv2d>("conv", Conv2dShape{3, 8, 5, pad}, Activation::relu, 1, d);
+		}, {4, 3, 12, 11});
+}
+
+TEST_CASE("MaxPool2d, ReLU and Flatten")
+{
+	compare_layer([](const Device&) { return std::make_unique<MaxPool2d>(); }, {3, 4, 9, 8});
+	compare_layer([](const Device&) { return std::make_unique<ReLU>(); }, {5, 7});
+	compare_layer([](const Device&) { return std::make_unique<Flatten>(); }, {2, 3, 4, 5});
+}
+
+TEST_CASE("the mlp and the cnn give the same loss, correct count and gradients on both devices")
+{
+	const Device g = gpu();
+	const int64_t batch = 32;
+	const Tensor images = Tensor::from_host(seeded_uniform("img", 5, batch * 784, 1.0f), {batch, 1, 28, 28}, Device{});
+	Tensor labels = Tensor::empty({batch}, DType::i32, Device{});
+	for (int64_t i = 0; i < batch; ++i)
+		labels.data_as<int32_t>()[i] = static_cast<int32_t>(i % 10);
+	for (const std::string name : {"mlp", "cnn"}) {
+		CAPTURE(name);
+		auto cpu = make_model(ModelConfig{name, 0, 2, 9}, Device{});
+		auto cuda = make_model(ModelConfig{name, 0, 2, 9}, g);
+		const ForwardResult rc = cpu->forward(images, labels);
+		const ForwardResult rg = cuda->forward(on(g, images), on(g, labels));
+		CHECK(rg.loss == doctest::Approx(rc.loss).epsilon(1e-4));
+		CHECK(rg.correct == rc.correct);
+		cpu->backward({}, false);
+		cuda->backward({}, false);
+		const auto pc = cpu->parameters(), pg = cuda->parameters();
+		for (size_t i = 0; i < pc.size(); ++i) {
+			check_close(pc[i]->value, pg[i]->value, pc[i]->name.c_str());
+			check_close(pc[i]->grad, pg[i]->grad, pc[i]->name.c_str());
+		}
+	}
+}

@@ -1,0 +1,183 @@
+// Tests of the CPU ops backend against float64 references, and of its error reporting.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "models/init.h"
+#include "models/layers/workspace.h"
+#include "models/ops.h"
+#include "runtime/error.h"
+#include "test/harness/mpi_main.h"
+#include "test/models/reference.h"
+#include "tower_config.h"
+
+using namespace tower;
+using namespace tower::test;
+
+namespace {
+
+Tensor random_tensor(const Shape& shape, const char* name)
+{
+	return Tensor::from_host(seeded_uniform(name, 1, shape_numel(shape), 1.0f), shape, Device{});
+}
+
+double at(const Vec& m, int64_t cols, int64_t r, int64_t c, bool transposed)
+{
+	return transposed ? m[c * cols + r] : m[r * cols + c];
+}
+
+} // namespace
+
+TEST_CASE("gemm handles every transpose combination with alpha and beta")
+{
+	const Ops& ops = ops_for(Device{});
+	const int64_t m = 5, n = 4, k = 3;
+	for (bool ta : {false, true})
+		for (bool tb : {false, true}) {
+			const Tensor a = random_tensor(ta ? Shape{k, m} : Shape{m, k}, "a");
+			const Tensor b = random_tensor(tb ? Shape{n, k} : Shape{k, n}, "b");
+			const Tensor c = random_tensor({m, n}, "c");
+			const Vec av = to_double(a.to_host_f32()), bv = to_double(b.to_host_f32()), c0 = to_double(c.to_host_f32());
+			ops.gemm(ta ? Transpose::yes : Transpose::no, tb ? Transpose::yes : Transpose::no, 0.5f, a, b, 2.0f, c);
+			const std::vector<float> got = c.to_host_f32();
+			for (int64_t i = 0; i < m; ++i)
+				for (int64_t j = 0; j < n; ++j) {
+					double s = 0;
+					for (int64_t l = 0; l < k; ++l)
+						s += at(av, a.dim(1), i, l, ta) * at(bv, b.dim(1), l, j, tb);
+					CHECK(got[i * n + j] == doctest::Approx(0.5 * s + 2.0 * c0[i * n + j]).epsilon(1e-5));
+				}
+		}
+}
+
+TEST_CASE("gemm names the shapes that do not fit and refuses non-f32 tensors")
+{
+	const Ops& ops = ops_for(Device{});
+	const Tensor a = Tensor::zeros({2, 3}, DType::f32, Device{});
+	const Tensor c = Tensor::zeros({2, 2}, DType::f32, Device{});
+	CHECK_THROWS_WITH_AS(ops.gemm(Transpose::no, Transpose::no, 1, a, a, 0, c), doctest::Contains("do not fit"), Error);
+	const Tensor i = Tensor::zeros({3, 2}, DType::i32, Device{});
+	CHECK_THROWS_WITH_AS(ops.gemm(Transpose::no, Transpose::no, 1, a, i, 0, c), doctest::Contains("only f32"), Error);
+}
+
+TEST_CASE("bias with ReLU, bias gradient (accumulating), fill and accumulate")
+{
+	const Ops& ops = ops_for(Device{});
+	const int64_t outer = 3, channels = 4, inner = 5;
+	const Tensor y = random_tensor({outer, channels, inner}, "y");
+	const Tensor bias = random_tensor({channels}, "bias");
+	const Vec y0 = to_double(y.to_host_f32()), bv = to_double(bias.to_host_f32());
+	ops.bias_act(y, bias, inner, true);
+	const std::vector<float> got = y.to_host_f32();
+	for (int64_t i = 0; i < y.numel(); ++i)
+		CHECK(got[i] == doctest::Approx(std::max(0.0, y0[i] + bv[(i / inner) % channels])));
+
+	const Tensor db = Tensor::zeros({channels}, DType::f32, Device{});
+	ops.fill(db, 1.5f);
+	ops.bias_grad(y, db, inner, true);
+	const std::vector<float> g = db.to_host_f32();
+	for (int64_t c = 0; c < channels; ++c) {
+		double s = 1.5;
+		for (int64_t o = 0; o < outer; ++o)
+			for (int64_t i = 0; i < inner; ++i)
+				s += got[(o * channels + c) * inner + i];
+		CHECK(g[c] == doctest::Approx(s).epsilon(1e-5));
+	}
+	ops.accumulate(-2.0f, db, db);
+	CHECK(db.to_host_f32()[0] == doctest::Approx(-g[0]));
+}
+
+TEST_CASE("col2im is the adjoint of im2col, with and without padding")
+{
+	const Ops& ops = ops_for(Device{});
+	for (int64_t pad : {0, 1, 2}) {
+		const ConvGeometry g{2, 5, 6, 3, pad};
+		const Tensor image = random_tensor({g.channels, g.height, g.width}, "image");
+		const Tensor col = Tensor::zeros({g.col_rows(), g.col_cols()}, DType::f32, Device{});
+		ops.im2col(g, image, col);
+		// <im2col(x), c> == <x, col2im(c)> for any x and c.
+		const Tensor c = random_tensor(col.shape(), "c");
+		const Tensor back = Tensor::zeros(image.shape(), DType::f32, Device{});
+		ops.col2im(g, c, back);
+		const Vec xc = to_double(col.to_host_f32()), cv = to_double(c.to_host_f32());
+		const Vec xv = to_double(image.to_host_f32()), bv = to_double(back.to_host_f32());
+		double lhs = 0, rhs = 0;
+		for (size_t i = 0; i < xc.size(); ++i)
+			lhs += xc[i] * cv[i];
+		for (size_t i = 0; i < xv.size(); ++i)
+			rhs += xv[i] * bv[i];
+		CHECK(lhs == doctest::Approx(rhs).epsilon(1e-5));
+		// The centre tap of the kernel sees the image itself (with padding 1).
+		if (pad == 1) {
+			const std::vector<float> cols = col.to_host_f32();
+			const int64_t centre_row = 1 * g.kernel + 1; // channel 0, ky = 1, kx = 1
+			for (int64_t i = 0; i < g.height * g.width; ++i)
+				CHECK(cols[centre_row * g.col_cols() + i] == image.to_host_f32()[i]);
+		}
+	}
+}
+
+TEST_CASE("max pooling picks the first of equal maxima and routes gradients to it")
+{
+	const Ops& ops = ops_for(Device{});
+	// One 2x4 plane: windows {1, 5, 1, 5} (tie) and {2, 3, 0, 9}.
+	const Tensor x = Tensor::from_host({1, 5, 2, 3, 1, 5, 0, 9}, {1, 1, 2, 4}, Device{});
+	const Tensor y = Tensor::zeros({1, 1, 1, 2}, DType::f32, Device{});
+	const Tensor idx = Tensor::zeros({1, 1, 1, 2}, DType::i32, Device{});
+	ops.maxpool_forward(x, y, idx);
+	CHECK(y.to_host_f32() == std::vector<float>{5, 9});
+	CHECK(idx.data_as<int32_t>()[0] == 1);
+	CHECK(idx.data_as<int32_t>()[1] == 7);
+	const Tensor dy = Tensor::from_host({10, 20}, {1, 1, 1, 2}, Device{});
+	const Tensor dx = Tensor::from_host(std::vector<float>(8, 7.0f), {1, 1, 2, 4}, Device{});
+	ops.maxpool_backward(dy, idx, dx);
+	CHECK(dx.to_host_f32() == std::vector<float>{0, 10, 0, 0, 0, 0, 0, 20});
+}
+
+TEST_CASE("softmax cross-entropy: loss, correct count and gradient against float64")
+{
+	const Ops& ops = ops_for(Device{});
+	const int64_t rows = 4, k = 3;
+	const Tensor logits = Tensor::from_host({1, 2, 3, 50, -50, 0, 0, 0, 0.5f, -1, 2, 1}, {rows, k}, Device{});
+	const std::vector<int32_t> labels = {2, 1, 2, 0};
+	Tensor lt = Tensor::empty({rows}, DType::i32, Device{});
+	std::copy(labels.begin(), labels.end(), lt.data_as<int32_t>());
+	const Tensor probs = Tensor::zeros({rows, k}, DType::f32, Device{});
+	const XentResult r = ops.softmax_xent_forward(logits, lt, probs);
+	const Vec z = to_double(logits.to_host_f32());
+	CHECK(r.loss == doctest::Approx(ref_xent(z, labels, k)).epsilon(1e-5));
+	CHECK(r.correct == 2); // rows 0 and 2
+	const Tensor d = Tensor::zeros({rows, k}, DType::f32, Device{});
+	ops.softmax_xent_backward(probs, lt, d);
+	const std::vector<float> dv = d.to_host_f32();
+	for (int64_t b = 0; b < rows; ++b) {
+		double top = z[b * k], sum = 0;
+		for (int64_t j = 0; j < k; ++j)
+			top = std::max(top, z[b * k + j]);
+		for (int64_t j = 0; j < k; ++j)
+			sum += std::exp(z[b * k + j] - top);
+		for (int64_t j = 0; j < k; ++j) {
+			const double want = (std::exp(z[b * k + j] - top) / sum - (labels[b] == j ? 1 : 0)) / rows;
+			CHECK(dv[b * k + j] == doctest::Approx(want).epsilon(1e-5));
+		}
+	}
+	lt.data_as<int32_t>()[3] = 3;
+	CHECK_THROWS_WITH_AS(ops.softmax_xent_forward(logits, lt, probs), doctest::Contains("label 3 of sample 3"), Error);
+}
+
+TEST_CASE("the CUDA backend is a clear error in a CPU-only build")
+{
+	if (TOWER_HAVE_CUDA)
+		return; // covered by the GPU tests
+	CHECK_THROWS_WITH_AS(ops_for(Device{DeviceKind::cuda, 0}), doctest::Contains("CPU-only"), Error);
+}
+
+TEST_CASE("a workspace reuses its memory for smaller and equal shapes")
+{
+	Workspace ws;
+	const void* first = ws.get({8, 3}, DType::f32, Device{}).data();
+	CHECK(ws.get({4, 3}, DType::f32, Device{}).data() == first);
+	CHECK(ws.get({8, 3}, DType::f32, Device{}).data() == first);
+	CHECK(ws.get({4, 3}, DType::f32, Device{}).shape() == Shape{4, 3});
+	CHECK(ws.get({9, 3}, DType::f32, Device{}).numel() == 27);
+}
