@@ -1,8 +1,7 @@
 // The update formulas as CUDA kernels, one thread per element in a grid-stride loop.
 #include <algorithm>
 
-#include "optim/update.h"
-#include "runtime/cuda_check.h"
+#include "optim/update_kernels_cuda.h"
 
 namespace tower {
 
@@ -29,6 +28,7 @@ __global__ void momentum_kernel(float* p, const float* g, float* buf, int64_t n,
 		momentum_rule(p[i], g[i], buf[i], c);
 }
 
+// Reads the step counter on the device, so the host never waits for it.
 __global__ void adam_kernel(float* p, const float* g, float* m, float* v, int64_t n, const int64_t* step, AdamCoeffs c)
 {
 	const float step_size = adam_step_size(c, *step);
@@ -43,34 +43,29 @@ __global__ void advance_step_kernel(int64_t* step)
 
 } // namespace
 
-void sgd_update_cuda(float* p, const float* g, int64_t n, const SgdCoeffs& c)
+cudaError_t launch_sgd_update(float* p, const float* g, int64_t n, const SgdCoeffs& c)
 {
-	if (n == 0)
-		return;
 	sgd_kernel<<<blocks_for(n), threads_per_block>>>(p, g, n, c);
-	TOWER_CUDA(cudaGetLastError());
+	return cudaGetLastError();
 }
 
-void momentum_update_cuda(float* p, const float* g, float* buf, int64_t n, const SgdCoeffs& c)
+cudaError_t launch_momentum_update(float* p, const float* g, float* buf, int64_t n, const SgdCoeffs& c)
 {
-	if (n == 0)
-		return;
 	momentum_kernel<<<blocks_for(n), threads_per_block>>>(p, g, buf, n, c);
-	TOWER_CUDA(cudaGetLastError());
+	return cudaGetLastError();
 }
 
-void adam_update_cuda(float* p, const float* g, float* m, float* v, int64_t n, const int64_t* step, const AdamCoeffs& c)
+cudaError_t launch_adam_update(float* p, const float* g, float* m, float* v, int64_t n, const int64_t* step,
+			       const AdamCoeffs& c)
 {
-	if (n == 0)
-		return;
 	adam_kernel<<<blocks_for(n), threads_per_block>>>(p, g, m, v, n, step, c);
-	TOWER_CUDA(cudaGetLastError());
+	return cudaGetLastError();
 }
 
-void advance_step_cuda(int64_t* step)
+cudaError_t launch_advance_step(int64_t* step)
 {
 	advance_step_kernel<<<1, 1>>>(step);
-	TOWER_CUDA(cudaGetLastError());
+	return cudaGetLastError();
 }
 
 } // namespace tower
