@@ -1,0 +1,29 @@
+// Adam with bias correction, and AdamW (weight decay decoupled from the gradient).
+#pragma once
+
+#include "optim/optimizer.h"
+#include "optim/update_rules.h"
+
+namespace tower {
+
+class Adam final : public Optimizer {
+public:
+	// Creates zero "<name>/adam_m" and "<name>/adam_v" for every parameter. With
+	// coeffs.decoupled the weight decay shrinks the weights directly (AdamW); otherwise it is
+	// added to the gradient.
+	Adam(const std::vector<Parameter*>& parameters, const AdamCoeffs& coeffs);
+
+	void step(const std::vector<Parameter*>& parameters, float lr) override;
+	std::vector<NamedTensor> state() override;
+	std::string name() const override { return coeffs_.decoupled ? "adamw" : "adam"; }
+
+private:
+	Device device_;
+	std::vector<std::string> names_;
+	std::vector<NamedTensor> first_moments_;
+	std::vector<NamedTensor> second_moments_;
+	NamedTensor step_;
+	AdamCoeffs coeffs_;
+};
+
+} // namespace tower

@@ -1,0 +1,52 @@
+// The optimizer interface, its configuration, and the factory that builds one by name.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/named_tensor.h"
+#include "models/parameter.h"
+
+namespace tower {
+
+struct OptimizerConfig {
+	std::string name = "momentum"; // sgd | momentum | adam | adamw
+	float momentum = 0.9f;         // momentum only
+	bool nesterov = false;         // momentum only
+	float beta1 = 0.9f;            // adam, adamw
+	float beta2 = 0.999f;          // adam, adamw
+	float epsilon = 1e-8f;         // adam, adamw
+	// sgd, momentum, adam: L2 added to the gradient (g + wd * p);
+	// adamw: decoupled decay of the weights (p -= lr * wd * p).
+	float weight_decay = 0.0f;
+};
+
+// Updates parameters from their gradients. All state lives in tensors on the parameters' device
+// and is created by the constructor, so it can be broadcast from rank 0 and checkpointed before
+// the first step.
+class Optimizer {
+public:
+	virtual ~Optimizer() = default;
+
+	// Applies one update with learning rate `lr`. `parameters` must be the ones the optimizer
+	// was made for, in the same order.
+	virtual void step(const std::vector<Parameter*>& parameters, float lr) = 0;
+
+	// The optimizer's state as named tensors sharing its memory: per parameter
+	// "<name>/momentum" or "<name>/adam_m" and "<name>/adam_v", and "optimizer/step" (i64 [1],
+	// the number of steps taken). Writing into them (a broadcast, a restore) changes the state.
+	virtual std::vector<NamedTensor> state() = 0;
+
+	virtual std::string name() const = 0;
+};
+
+// The names make_optimizer accepts, for help texts and error messages.
+std::vector<std::string> optimizer_names();
+
+// Builds the optimizer `config.name` for `parameters` (f32, all on one device, gradients
+// allocated). Unknown names and out-of-range settings throw tower::AgreedError: every rank sees
+// the same configuration.
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, const std::vector<Parameter*>& parameters);
+
+} // namespace tower
