@@ -21,9 +21,11 @@ void HierarchicalAllReduce::run(const void* send, void* recv, size_t count, DTyp
 {
 	const size_t esize = dtype_size(dtype);
 	const size_t round = std::max<size_t>(round_bytes_ / esize, 1);
-	for (size_t start = 0, k = 0; start < count; start += round, ++k)
+	// The halves alternate across calls too: a peer may still be copying out of the previous
+	// call's last round when this rank stages its next one.
+	for (size_t start = 0; start < count; start += round, ++rounds_)
 		run_round(static_cast<const char*>(send) + start * esize, static_cast<char*>(recv) + start * esize,
-			  std::min(round, count - start), dtype, op, (k % 2) * round_bytes_);
+			  std::min(round, count - start), dtype, op, (rounds_ % 2) * round_bytes_);
 }
 
 void HierarchicalAllReduce::run_round(const char* in, char* out, size_t count, DType dtype, ReduceOp op,

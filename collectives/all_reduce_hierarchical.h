@@ -32,6 +32,7 @@ private:
 	ShmNode shm_;
 	RingAllReduce cross_;
 	size_t round_bytes_;
+	uint64_t rounds_ = 0; // rounds run so far; its parity picks the slot half
 };
 
 } // namespace tower
