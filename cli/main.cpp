@@ -17,6 +17,7 @@ int main(int argc, char** argv)
 
 	const std::vector<tower::cli::Command> commands = {
 		tower::cli::add_info_command(app),
+		tower::cli::add_bench_command(app),
 	};
 
 	try {

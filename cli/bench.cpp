@@ -1,0 +1,278 @@
+// tower bench: nccl-tests-style tables for all-reduce modes and the communicator's collectives.
+#include "cli/bench.h"
+
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/bench_data.h"
+#include "collectives/all_reduce.h"
+#include "collectives/communicator.h"
+#include "runtime/device.h"
+#include "runtime/error.h"
+#include "runtime/memory.h"
+#include "runtime/mpi_check.h"
+
+namespace tower::cli {
+
+namespace {
+
+// What one collective moves and how it is checked: one small description per collective.
+struct Collective {
+	std::string name;
+	double bus_factor;   // busbw = algbw * factor
+	size_t send_divisor; // send count = count / send_divisor (all-gather sends a block)
+	size_t recv_divisor; // recv count = count / recv_divisor (reduce-scatter receives a block)
+};
+
+Collective describe(const std::string& name, int n)
+{
+	const double ring = static_cast<double>(n - 1) / n;
+	const size_t un = static_cast<size_t>(n);
+	if (name == "allreduce")
+		return {name, 2 * ring, 1, 1};
+	if (name == "reduce_scatter")
+		return {name, ring, 1, un};
+	if (name == "all_gather")
+		return {name, ring, un, 1};
+	if (name == "broadcast")
+		return {name, 1.0, 1, 1};
+	throw AgreedError(fmt::format("unknown collective '{}': use allreduce, reduce_scatter, all_gather, broadcast "
+				      "or fusion",
+				      name));
+}
+
+// A device buffer with its host shadow for filling and checking.
+struct Buffer {
+	Device device;
+	void* data = nullptr;
+	size_t bytes = 0;
+	Buffer(const Device& d, size_t b) : device(d), data(device_alloc(d, b)), bytes(b) {}
+	~Buffer() { device_free(device, data); }
+	Buffer(const Buffer&) = delete;
+	Buffer& operator=(const Buffer&) = delete;
+};
+
+struct Row {
+	std::string mode;
+	size_t bytes = 0, count = 0;
+	double time_us = 0, algbw = 0, busbw = 0;
+	size_t wrong = 0;
+	bool in_place = false;
+};
+
+// One benchmark case: `run` performs the collective from `send` into `recv` once.
+struct Case {
+	std::function<void(const void* send, void* recv)> run;
+	std::function<size_t(const void* recv_host)> check; // wrong elements in the host copy of recv
+};
+
+double timed_us(MPI_Comm comm, const std::function<void()>& once, int iters)
+{
+	TOWER_MPI(MPI_Barrier(comm));
+	const double start = MPI_Wtime();
+	for (int i = 0; i < iters; ++i)
+		once();
+	double elapsed = (MPI_Wtime() - start) / std::max(iters, 1) * 1e6;
+	TOWER_MPI(MPI_Allreduce(MPI_IN_PLACE, &elapsed, 1, MPI_DOUBLE, MPI_MAX, comm));
+	return elapsed;
+}
+
+void fill(Buffer& buffer, size_t count, DType dtype, int rank)
+{
+	std::vector<char> host(buffer.bytes);
+	bench_fill(host.data(), count, dtype, rank, 0);
+	copy_bytes(buffer.data, buffer.device, host.data(), Device{}, buffer.bytes);
+}
+
+size_t check(const Buffer& buffer, const Case& c)
+{
+	std::vector<char> host(buffer.bytes);
+	copy_bytes(host.data(), Device{}, buffer.data, buffer.device, buffer.bytes);
+	return c.check(host.data());
+}
+
+// Times `c` out of place and in place; in place re-fills before the one checked run.
+std::vector<Row> measure(const BenchOptions& o, MPI_Comm comm, int rank, const Device& device, const Collective& coll,
+			 size_t count, DType dtype, const Case& c)
+{
+	const size_t esize = dtype_size(dtype);
+	const size_t send_count = count / coll.send_divisor, recv_count = count / coll.recv_divisor;
+	std::vector<Row> rows;
+	for (bool in_place : {false, true}) {
+		Buffer send(device, std::max(send_count, recv_count) * esize), recv(device, recv_count * esize);
+		// In place: nccl-tests' layout, the send block inside the receive buffer (all-gather).
+		Buffer& out = in_place ? send : recv;
+		auto once = [&] { c.run(send.data, out.data); };
+		fill(send, send_count, dtype, rank);
+		for (int i = 0; i < o.warmup; ++i)
+			once();
+		const double us = timed_us(comm, once, o.iters);
+		fill(send, send_count, dtype, rank);
+		once();
+		size_t wrong = check(out, c);
+		TOWER_MPI(MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_UINT64_T, MPI_SUM, comm));
+		Row row;
+		row.bytes = count * esize;
+		row.count = count;
+		row.time_us = us;
+		row.algbw = us > 0 ? static_cast<double>(row.bytes) / us / 1e3 : 0;
+		row.busbw = row.algbw * coll.bus_factor;
+		row.wrong = wrong;
+		row.in_place = in_place;
+		rows.push_back(row);
+	}
+	return rows;
+}
+
+std::vector<std::string> modes_of(const std::string& mode)
+{
+	if (mode == "all")
+		return {"ring", "hierarchical", "naive"};
+	parse_all_reduce_mode(mode);
+	return {mode};
+}
+
+void print_header(const std::string& collective, const std::string& mode, int ranks)
+{
+	fmt::print("# {} mode {} on {} ranks\n", collective, mode, ranks);
+	fmt::print("#{:>11} {:>12} {:>6} {:>6}   {:>10} {:>8} {:>8} {:>6}   {:>10} {:>8} {:>8} {:>6}\n", "size",
+		   "count", "type", "redop", "oop us", "algbw", "busbw", "#wrong", "ip us", "algbw", "busbw", "#wrong");
+}
+
+void print_rows(const std::vector<Row>& rows, const std::string& dtype, const std::string& op)
+{
+	const Row &a = rows[0], &b = rows[1];
+	fmt::print("{:>12} {:>12} {:>6} {:>6}   {:>10.1f} {:>8.2f} {:>8.2f} {:>6}   {:>10.1f} {:>8.2f} {:>8.2f} {:>6}\n",
+		   a.bytes, a.count, dtype, op, a.time_us, a.algbw, a.busbw, a.wrong, b.time_us, b.algbw, b.busbw, b.wrong);
+}
+
+Case make_case(const Collective& coll, AllReduce* all_reduce, Communicator& comm, size_t count, DType dtype,
+	       ReduceOp op)
+{
+	const int n = comm.size(), me = comm.rank();
+	const size_t block = count / static_cast<size_t>(n);
+	if (coll.name == "allreduce")
+		return {[=](const void* s, void* r) { all_reduce->run(s, r, count, dtype, op); },
+			[=](const void* h) {
+				return bench_wrong(h, count, dtype, op, 0, [&](size_t i) { return bench_expected(n, i, op, dtype); });
+			}};
+	if (coll.name == "reduce_scatter")
+		return {[=, &comm](const void* s, void* r) {
+				// In place: reduce into a separate block, then put it where the caller looks.
+				if (s == r) {
+					Buffer own(comm.device(), block * dtype_size(dtype));
+					comm.reduce_scatter(s, own.data, block, dtype, op);
+					copy_bytes(r, comm.device(), own.data, comm.device(), own.bytes);
+				} else {
+					comm.reduce_scatter(s, r, block, dtype, op);
+				}
+			},
+			[=](const void* h) {
+				return bench_wrong(h, block, dtype, op, static_cast<size_t>(me) * block,
+						   [&](size_t i) { return bench_expected(n, i, op, dtype); });
+			}};
+	if (coll.name == "all_gather")
+		return {[=, &comm](const void* s, void* r) {
+				// In place the block already sits at its place; copy it out of the way first.
+				if (s == r) {
+					Buffer own(comm.device(), block * dtype_size(dtype));
+					copy_bytes(own.data, comm.device(), s, comm.device(), own.bytes);
+					comm.all_gather(own.data, r, block, dtype);
+				} else {
+					comm.all_gather(s, r, block, dtype);
+				}
+			},
+			[=](const void* h) {
+				size_t wrong = 0;
+				for (int r = 0; r < n; ++r)
+					wrong += bench_wrong(static_cast<const char*>(h) + static_cast<size_t>(r) * block * dtype_size(dtype),
+							     block, dtype, op, 0, [&](size_t i) { return bench_value(r, i); });
+				return wrong;
+			}};
+	return {[=, &comm](const void* s, void* r) {
+			if (s != r)
+				copy_bytes(r, comm.device(), s, comm.device(), count * dtype_size(dtype));
+			comm.broadcast(r, count, dtype, 0);
+		},
+		[=](const void* h) { return bench_wrong(h, count, dtype, op, 0, [&](size_t i) { return bench_value(0, i); }); }};
+}
+
+} // namespace
+
+size_t parse_bytes(const std::string& text)
+{
+	size_t used = 0;
+	unsigned long long value = 0;
+	try {
+		value = std::stoull(text, &used);
+	} catch (const std::exception&) {
+		used = 0;
+	}
+	const std::string suffix = used ? text.substr(used) : "";
+	const int shift = suffix == "" ? 0 : suffix == "K" ? 10 : suffix == "M" ? 20 : suffix == "G" ? 30 : -1;
+	if (!used || shift < 0)
+		throw AgreedError(fmt::format("size '{}' is not a byte count like 8, 4K, 256M or 1G", text));
+	return static_cast<size_t>(value) << shift;
+}
+
+int run_bench(World& world, const BenchOptions& o)
+{
+	if (o.collective == "fusion")
+		return run_bench_fusion(world, o);
+	const Topology topology(world.comm(), ranks_per_node_setting(o.ranks_per_node));
+	const Device device = assign_device(topology, probe_gpu_runtime(), parse_device_preference(o.device));
+	const DType dtype = parse_dtype(o.dtype);
+	const ReduceOp op = parse_reduce_op(o.op);
+	const Collective coll = describe(o.collective, world.size());
+	const size_t lo = parse_bytes(o.min_bytes), hi = parse_bytes(o.max_bytes);
+	if (o.factor < 2 || lo == 0 || lo > hi)
+		throw AgreedError("sizes must satisfy 0 < -b <= -e and the factor -f must be at least 2");
+	auto comm = make_communicator(world.comm(), device);
+	// Only all-reduce has algorithms of its own; the others run on the device's communicator.
+	const std::vector<std::string> modes =
+		o.collective == "allreduce" ? modes_of(o.mode) : std::vector<std::string>{device.is_cuda() ? "nccl" : "mpi"};
+	nlohmann::json out = nlohmann::json::array();
+	size_t total_wrong = 0;
+	for (const std::string& mode : modes) {
+		std::unique_ptr<AllReduce> all_reduce;
+		if (o.collective == "allreduce")
+			all_reduce = make_all_reduce(topology, device, parse_all_reduce_mode(mode));
+		if (world.rank() == 0)
+			print_header(o.collective, mode, world.size());
+		for (size_t bytes = lo; bytes <= hi; bytes *= static_cast<size_t>(o.factor)) {
+			// Whole elements, and whole blocks for the collectives that split the buffer.
+			const size_t unit = dtype_size(dtype) * std::max(coll.send_divisor, coll.recv_divisor);
+			const size_t count = std::max(bytes / unit, size_t{1}) * unit / dtype_size(dtype);
+			const Case c = make_case(coll, all_reduce.get(), *comm, count, dtype, op);
+			const auto rows = measure(o, world.comm(), world.rank(), device, coll, count, dtype, c);
+			if (world.rank() == 0)
+				print_rows(rows, o.dtype, o.op);
+			for (const Row& r : rows) {
+				total_wrong += r.wrong;
+				out.push_back({{"collective", o.collective}, {"mode", mode}, {"dtype", o.dtype}, {"op", o.op},
+					       {"ranks", world.size()}, {"bytes", r.bytes}, {"time_us", r.time_us},
+					       {"algbw_gbps", r.algbw}, {"busbw_gbps", r.busbw}, {"wrong", r.wrong},
+					       {"in_place", r.in_place}});
+			}
+		}
+		if (world.rank() == 0)
+			std::fflush(stdout);
+	}
+	if (world.rank() == 0 && !o.json.empty()) {
+		std::ofstream file(o.json);
+		for (const auto& row : out)
+			file << row.dump() << "\n";
+		if (!file)
+			throw Error(fmt::format("could not write {}", o.json));
+	}
+	if (world.rank() == 0)
+		fmt::print("# {} wrong element(s) in total: {}\n", total_wrong, total_wrong ? "FAILED" : "ok");
+	return total_wrong ? 1 : 0;
+}
+
+} // namespace tower::cli

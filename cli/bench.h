@@ -1,0 +1,31 @@
+// tower bench: nccl-tests-style tables for the collectives, and the fused-bucket comparison.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "runtime/world.h"
+
+namespace tower::cli {
+
+struct BenchOptions {
+	std::string collective = "allreduce"; // allreduce, reduce_scatter, all_gather, broadcast, fusion
+	std::string mode = "all";
+	std::string dtype = "f32";
+	std::string op = "sum";
+	std::string min_bytes = "8", max_bytes = "256M";
+	int factor = 2;
+	int iters = 20, warmup = 5;
+	std::optional<int> ranks_per_node;
+	std::string json;
+	std::string device = "auto";
+	double fusion_mb = 25;
+};
+
+int run_bench(World& world, const BenchOptions& options);
+int run_bench_fusion(World& world, const BenchOptions& options);
+
+// "8", "4K", "256M", "1G" -> bytes; throws tower::AgreedError on anything else.
+size_t parse_bytes(const std::string& text);
+
+} // namespace tower::cli

@@ -1,0 +1,50 @@
+// All-reduce algorithms behind one interface, chosen by mode name: ring, hierarchical, naive.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string_view>
+
+#include "collectives/groups.h"
+#include "collectives/reduce_op.h"
+#include "runtime/device.h"
+#include "runtime/dtype.h"
+#include "runtime/topology.h"
+
+namespace tower {
+
+enum class AllReduceMode { ring, hierarchical, naive };
+
+std::string_view all_reduce_mode_name(AllReduceMode mode);
+// Parses "ring", "hierarchical", "naive"; throws tower::AgreedError otherwise.
+AllReduceMode parse_all_reduce_mode(std::string_view text);
+
+struct AllReduceOptions {
+	// The piece the CPU algorithms stream through at a time: the ring's message size and the
+	// shared-memory round of the hierarchical mode. Tests make it tiny to reach multi-piece paths.
+	size_t chunk_bytes = size_t{1} << 20;
+};
+
+// One all-reduce algorithm over one replica group. The constructor does all setup (private
+// communicators, shared-memory windows, NCCL communicators, staging buffers); run() only
+// communicates, so one thread may call run() while others use MPI_COMM_WORLD.
+class AllReduce {
+public:
+	virtual ~AllReduce() = default;
+
+	virtual AllReduceMode mode() const = 0;
+	// The ranks reducing together; mean divides by this.
+	virtual int group_size() const = 0;
+
+	// Collective over the group: recv[i] = op over the group of send[i], for `count` elements
+	// of `dtype` on the device the algorithm was made for. send == recv reduces in place.
+	virtual void run(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) = 0;
+	void run_in_place(void* data, size_t count, DType dtype, ReduceOp op) { run(data, data, count, dtype, op); }
+};
+
+// Collective over the topology's world. `groups` (empty: all ranks in one group) is validated
+// first: see validate_group_assignment. Buffers passed to run() must live on `device`.
+std::unique_ptr<AllReduce> make_all_reduce(const Topology& topology, const Device& device, AllReduceMode mode,
+					   const GroupAssignment& groups = {}, const AllReduceOptions& options = {});
+
+} // namespace tower

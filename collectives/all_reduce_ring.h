@@ -1,0 +1,42 @@
+// The ring all-reduce on host memory: reduce-scatter then all-gather, n-1 steps each, pipelined.
+#pragma once
+
+#include <vector>
+
+#include "collectives/all_reduce.h"
+#include "runtime/topology.h"
+
+namespace tower {
+
+// Each rank owns one of n segments. In reduce-scatter step s it sends segment (r - s) to its
+// right neighbour while receiving segment (r - s - 1) from its left one and reducing it; after
+// n-1 steps it holds the full reduction of segment (r + 1). All-gather passes the finished
+// segments around the ring the same way. Segments travel in chunks, so the next chunk is in
+// flight while the current one is reduced, and large buffers stream through a fixed staging area.
+class RingAllReduce final : public AllReduce {
+public:
+	// Collective over `comm` (duplicated).
+	RingAllReduce(MPI_Comm comm, const AllReduceOptions& options);
+
+	AllReduceMode mode() const override { return AllReduceMode::ring; }
+	int group_size() const override { return size_; }
+	void run(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override;
+
+	// The two halves, usable on their own: after reduce_scatter(), this rank's owned segment
+	// of `data` (see owned_segment) holds the reduction; all_gather() spreads owned segments.
+	void reduce_scatter(void* data, size_t count, DType dtype, ReduceOp op);
+	void all_gather(void* data, size_t count, DType dtype);
+	int owned_segment() const { return (rank_ + 1) % size_; }
+
+private:
+	void reduce_scatter_step(char* data, size_t count, DType dtype, ReduceOp op, int step);
+	void all_gather_step(char* data, size_t count, DType dtype, int step);
+
+	CommHandle comm_;
+	int rank_ = 0, size_ = 1;
+	int left_ = 0, right_ = 0;
+	size_t chunk_bytes_;
+	std::vector<char> staging_; // two chunks: one being received while the other is reduced
+};
+
+} // namespace tower

@@ -1,0 +1,58 @@
+// Conversions between f32 and the 16-bit float formats (IEEE f16 and bfloat16), round to nearest even.
+#include "collectives/half.h"
+
+#include <bit>
+
+namespace tower {
+
+float f16_to_f32(uint16_t bits)
+{
+	// _Float16 is the compiler's IEEE binary16; the conversion is exact in this direction.
+	return static_cast<float>(std::bit_cast<_Float16>(bits));
+}
+
+uint16_t f32_to_f16(float value)
+{
+	return std::bit_cast<uint16_t>(static_cast<_Float16>(value));
+}
+
+float bf16_to_f32(uint16_t bits)
+{
+	return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16);
+}
+
+uint16_t f32_to_bf16(float value)
+{
+	const uint32_t u = std::bit_cast<uint32_t>(value);
+	if ((u & 0x7fffffffu) > 0x7f800000u) // NaN: keep it a (quiet) NaN
+		return static_cast<uint16_t>((u >> 16) | 0x40u);
+	// Round to nearest, ties to even, by adding half an ulp of the kept part.
+	const uint32_t rounding = 0x7fffu + ((u >> 16) & 1u);
+	return static_cast<uint16_t>((u + rounding) >> 16);
+}
+
+void widen_f16(const uint16_t* in, float* out, size_t count)
+{
+	for (size_t i = 0; i < count; ++i)
+		out[i] = f16_to_f32(in[i]);
+}
+
+void narrow_f16(const float* in, uint16_t* out, size_t count)
+{
+	for (size_t i = 0; i < count; ++i)
+		out[i] = f32_to_f16(in[i]);
+}
+
+void widen_bf16(const uint16_t* in, float* out, size_t count)
+{
+	for (size_t i = 0; i < count; ++i)
+		out[i] = bf16_to_f32(in[i]);
+}
+
+void narrow_bf16(const float* in, uint16_t* out, size_t count)
+{
+	for (size_t i = 0; i < count; ++i)
+		out[i] = f32_to_bf16(in[i]);
+}
+
+} // namespace tower

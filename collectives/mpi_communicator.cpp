@@ -1,0 +1,99 @@
+// The MPI backend of Communicator: host buffers, 64-bit counts sent in int-sized pieces.
+#include "collectives/mpi_communicator.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "collectives/reduce_host.h"
+#include "runtime/mpi_check.h"
+
+namespace tower {
+
+namespace {
+
+MPI_Comm dup(MPI_Comm comm)
+{
+	MPI_Comm out = MPI_COMM_NULL;
+	TOWER_MPI(MPI_Comm_dup(comm, &out));
+	return out;
+}
+
+char* at(void* base, size_t elements, DType dtype)
+{
+	return static_cast<char*>(base) + elements * dtype_size(dtype);
+}
+
+const char* at(const void* base, size_t elements, DType dtype)
+{
+	return static_cast<const char*>(base) + elements * dtype_size(dtype);
+}
+
+} // namespace
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm) : comm_(dup(comm))
+{
+	TOWER_MPI(MPI_Comm_rank(comm_.get(), &rank_));
+	TOWER_MPI(MPI_Comm_size(comm_.get(), &size_));
+}
+
+void MpiCommunicator::all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op)
+{
+	const size_t piece = mpi_max_count(dtype);
+	for (size_t start = 0; start < count; start += piece) {
+		const int n = static_cast<int>(std::min(piece, count - start));
+		const void* src = send == recv ? MPI_IN_PLACE : at(send, start, dtype);
+		TOWER_MPI(MPI_Allreduce(src, at(recv, start, dtype), n, mpi_datatype(dtype), ops_.get(dtype, op),
+					comm_.get()));
+	}
+	if (op == ReduceOp::mean)
+		divide_host(recv, count, dtype, size_);
+}
+
+void MpiCommunicator::reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op)
+{
+	const size_t piece = mpi_max_count(dtype);
+	if (count <= piece) {
+		TOWER_MPI(MPI_Reduce_scatter_block(send, recv, static_cast<int>(count), mpi_datatype(dtype),
+						   ops_.get(dtype, op), comm_.get()));
+	} else {
+		// Blocks over the int limit: reduce each block to its owner, piece by piece.
+		for (int root = 0; root < size_; ++root)
+			for (size_t start = 0; start < count; start += piece) {
+				const int n = static_cast<int>(std::min(piece, count - start));
+				const size_t offset = static_cast<size_t>(root) * count + start;
+				TOWER_MPI(MPI_Reduce(at(send, offset, dtype), root == rank_ ? at(recv, start, dtype) : nullptr,
+						     n, mpi_datatype(dtype), ops_.get(dtype, op), root, comm_.get()));
+			}
+	}
+	if (op == ReduceOp::mean)
+		divide_host(recv, count, dtype, size_);
+}
+
+void MpiCommunicator::all_gather(const void* send, void* recv, size_t count, DType dtype)
+{
+	const size_t piece = mpi_max_count(dtype);
+	if (count <= piece) {
+		TOWER_MPI(MPI_Allgather(send, static_cast<int>(count), mpi_datatype(dtype), recv,
+					static_cast<int>(count), mpi_datatype(dtype), comm_.get()));
+		return;
+	}
+	std::memcpy(at(recv, static_cast<size_t>(rank_) * count, dtype), send, count * dtype_size(dtype));
+	for (int root = 0; root < size_; ++root)
+		broadcast(at(recv, static_cast<size_t>(root) * count, dtype), count, dtype, root);
+}
+
+void MpiCommunicator::broadcast(void* data, size_t count, DType dtype, int root)
+{
+	const size_t piece = mpi_max_count(dtype);
+	for (size_t start = 0; start < count; start += piece) {
+		const int n = static_cast<int>(std::min(piece, count - start));
+		TOWER_MPI(MPI_Bcast(at(data, start, dtype), n, mpi_datatype(dtype), root, comm_.get()));
+	}
+}
+
+void MpiCommunicator::barrier()
+{
+	TOWER_MPI(MPI_Barrier(comm_.get()));
+}
+
+} // namespace tower

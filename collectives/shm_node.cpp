@@ -1,0 +1,70 @@
+// Shared memory among the ranks of one host: a slot per rank in an MPI-3 window, and a flag barrier.
+#include "collectives/shm_node.h"
+
+#include <atomic>
+#include <thread>
+
+#include "runtime/error.h"
+#include "runtime/mpi_check.h"
+
+namespace tower {
+
+namespace {
+
+// The counter sits alone on its cache line, ahead of the slot, so spinning on it does not
+// disturb the data.
+constexpr size_t header_bytes = 128;
+
+MPI_Comm dup(MPI_Comm comm)
+{
+	MPI_Comm out = MPI_COMM_NULL;
+	TOWER_MPI(MPI_Comm_dup(comm, &out));
+	return out;
+}
+
+} // namespace
+
+ShmNode::ShmNode(MPI_Comm comm, size_t slot_bytes) : comm_(dup(comm)), slot_bytes_(slot_bytes)
+{
+	TOWER_MPI(MPI_Comm_rank(comm_.get(), &rank_));
+	TOWER_MPI(MPI_Comm_size(comm_.get(), &size_));
+	slots_.resize(static_cast<size_t>(size_));
+	counters_.resize(static_cast<size_t>(size_));
+	const size_t rounded = (slot_bytes + header_bytes - 1) / header_bytes * header_bytes;
+	char* mine = nullptr;
+	TOWER_MPI(MPI_Win_allocate_shared(static_cast<MPI_Aint>(header_bytes + rounded), 1, MPI_INFO_NULL,
+					  comm_.get(), &mine, &window_));
+	for (int r = 0; r < size_; ++r) {
+		MPI_Aint bytes = 0;
+		int unit = 0;
+		char* base = nullptr;
+		TOWER_MPI(MPI_Win_shared_query(window_, r, &bytes, &unit, &base));
+		counters_[static_cast<size_t>(r)] = reinterpret_cast<uint64_t*>(base);
+		slots_[static_cast<size_t>(r)] = base + header_bytes;
+	}
+	std::atomic_ref<uint64_t>(*counters_[static_cast<size_t>(rank_)]).store(0, std::memory_order_relaxed);
+	// Everyone's counter is zero before anyone's first barrier.
+	TOWER_MPI(MPI_Barrier(comm_.get()));
+}
+
+ShmNode::~ShmNode()
+{
+	int finalized = 0;
+	MPI_Finalized(&finalized);
+	if (!finalized && window_ != MPI_WIN_NULL)
+		MPI_Win_free(&window_);
+}
+
+void ShmNode::barrier()
+{
+	epoch_ += 1;
+	std::atomic_ref<uint64_t>(*counters_[static_cast<size_t>(rank_)]).store(epoch_, std::memory_order_release);
+	for (int r = 0; r < size_; ++r) {
+		std::atomic_ref<uint64_t> counter(*counters_[static_cast<size_t>(r)]);
+		for (int spins = 0; counter.load(std::memory_order_acquire) < epoch_; ++spins)
+			if (spins > 2000)
+				std::this_thread::yield();
+	}
+}
+
+} // namespace tower

@@ -1,0 +1,45 @@
+// Shared memory among the ranks of one host: a slot per rank in an MPI-3 window, and a flag barrier.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include <mpi.h>
+
+#include "runtime/topology.h"
+
+namespace tower {
+
+// Every rank owns one slot that all ranks of the communicator can read and write directly. The
+// ranks synchronize through per-rank counters in the window, which costs far less than an MPI
+// barrier; waits spin briefly, then yield the core (ranks may outnumber cores).
+class ShmNode {
+public:
+	// Collective over `comm`, whose ranks must share memory; allocates `slot_bytes` per rank on a
+	// private duplicate of `comm`.
+	ShmNode(MPI_Comm comm, size_t slot_bytes);
+	~ShmNode();
+	ShmNode(const ShmNode&) = delete;
+	ShmNode& operator=(const ShmNode&) = delete;
+
+	int rank() const { return rank_; }
+	int size() const { return size_; }
+	size_t slot_bytes() const { return slot_bytes_; }
+	char* slot(int rank) const { return slots_[static_cast<size_t>(rank)]; }
+
+	// Returns when every rank has called it as often as this one: all writes made before it on
+	// any rank are visible after it on every rank.
+	void barrier();
+
+private:
+	CommHandle comm_;
+	MPI_Win window_ = MPI_WIN_NULL;
+	int rank_ = 0, size_ = 1;
+	size_t slot_bytes_ = 0;
+	std::vector<char*> slots_;
+	std::vector<uint64_t*> counters_;
+	uint64_t epoch_ = 0;
+};
+
+} // namespace tower
