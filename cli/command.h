@@ -17,5 +17,6 @@ struct Command {
 
 Command add_info_command(CLI::App& parent);
 Command add_bench_command(CLI::App& parent);
+Command add_train_command(CLI::App& parent);
 
 } // namespace tower::cli

@@ -18,6 +18,7 @@ int main(int argc, char** argv)
 	const std::vector<tower::cli::Command> commands = {
 		tower::cli::add_info_command(app),
 		tower::cli::add_bench_command(app),
+		tower::cli::add_train_command(app),
 	};
 
 	try {

@@ -1,9 +1,11 @@
 // Rank 0's view of a training run: a live line on a terminal, plain periodic lines otherwise.
 #include "cli/progress.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 
 #include <fmt/format.h>
 
@@ -21,7 +23,18 @@ std::string clock_text(double seconds)
 
 bool stdout_is_terminal()
 {
-	return isatty(STDOUT_FILENO) == 1;
+	if (isatty(STDOUT_FILENO) != 1)
+		return false;
+	// mpirun hands its ranks a pseudo-terminal even when its own output goes to a pipe or a file,
+	// so under a launcher the terminal that matters is the launcher's.
+	if (!std::getenv("OMPI_COMM_WORLD_SIZE"))
+		return true;
+	const int fd = open(fmt::format("/proc/{}/fd/1", getppid()).c_str(), O_WRONLY | O_NOCTTY);
+	if (fd < 0)
+		return false;
+	const bool terminal = isatty(fd) == 1;
+	close(fd);
+	return terminal;
 }
 
 Progress::Progress(bool enabled, bool live) : enabled_(enabled), live_(live) {}

@@ -1,81 +1,29 @@
 // Post-init broadcast of rank 0's named tensors, guarded by a signature check across ranks.
 #include "collectives/broadcast_named.h"
 
-#include <sstream>
-
 #include "collectives/communicator.h"
+#include "collectives/signature_check.h"
 #include "runtime/agree.h"
 #include "runtime/error.h"
 #include "runtime/mpi_check.h"
 
 namespace tower {
 
-namespace {
-
-std::string entry_signature(const NamedTensor& t)
-{
-	return fmt::format("{} {} {}", t.name, dtype_name(t.tensor.dtype()), shape_text(t.tensor.shape()));
-}
-
-std::vector<std::string> signature(const std::vector<NamedTensor>& tensors)
-{
-	std::vector<std::string> out;
-	for (const auto& t : tensors)
-		out.push_back(entry_signature(t));
-	return out;
-}
-
-// Root's signature, one entry a line, on every rank.
-std::vector<std::string> root_signature(MPI_Comm comm, const std::vector<std::string>& mine, int root)
-{
-	std::string text;
-	for (const auto& line : mine)
-		text += line + "\n";
-	int64_t length = static_cast<int64_t>(text.size());
-	TOWER_MPI(MPI_Bcast(&length, 1, MPI_INT64_T, root, comm));
-	text.resize(static_cast<size_t>(length));
-	TOWER_MPI(MPI_Bcast(text.data(), static_cast<int>(length), MPI_CHAR, root, comm));
-	std::vector<std::string> out;
-	std::istringstream lines(text);
-	for (std::string line; std::getline(lines, line);)
-		out.push_back(line);
-	return out;
-}
-
-// What differs from root's list, naming at most a few entries; empty when they match.
-std::string differences(const std::vector<std::string>& mine, const std::vector<std::string>& root, int root_rank)
-{
-	std::string out;
-	int named = 0;
-	for (size_t i = 0; i < std::max(mine.size(), root.size()) && named < 4; ++i) {
-		const std::string a = i < mine.size() ? mine[i] : "(none)";
-		const std::string b = i < root.size() ? root[i] : "(none)";
-		if (a == b)
-			continue;
-		out += fmt::format("{}entry {} is '{}' here but '{}' on rank {}", out.empty() ? "" : "; ", i, a, b, root_rank);
-		++named;
-	}
-	if (!out.empty() && mine.size() != root.size())
-		out += fmt::format(" ({} entries here, {} on rank {})", mine.size(), root.size(), root_rank);
-	return out;
-}
-
-} // namespace
-
 void broadcast_named(const Topology& topology, std::vector<NamedTensor>& tensors, int root)
 {
 	MPI_Comm own = MPI_COMM_NULL;
 	TOWER_MPI(MPI_Comm_dup(topology.world(), &own));
 	const CommHandle comm(own);
-	const auto mine = signature(tensors);
-	std::string problem = differences(mine, root_signature(own, mine, root), root);
-	if (problem.empty() && !tensors.empty())
-		for (const auto& t : tensors)
-			if (t.tensor.device().kind != tensors.front().tensor.device().kind)
-				problem = fmt::format("'{}' is on {} but '{}' on {}; broadcast one device's tensors at a time",
-						      t.name, t.tensor.device().name(), tensors.front().name,
-						      tensors.front().tensor.device().name());
-	agree(own, problem.empty() ? "" : "broadcast_named: signature differs from the root's: " + problem);
+	check_signatures(own, tensors, root, "broadcast list");
+	std::string problem;
+	for (const auto& t : tensors)
+		if (t.tensor.device().kind != tensors.front().tensor.device().kind) {
+			problem = fmt::format("'{}' is on {} but '{}' on {}; broadcast one device's tensors at a time",
+					      t.name, t.tensor.device().name(), tensors.front().name,
+					      tensors.front().tensor.device().name());
+			break;
+		}
+	agree(own, problem);
 	if (tensors.empty())
 		return;
 	const auto channel = make_communicator(own, tensors.front().tensor.device());
