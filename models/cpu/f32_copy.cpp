@@ -22,7 +22,8 @@ void widen_to_f32(const Tensor& src, float* out)
 		widen_bf16(src.data_as<uint16_t>(), out, n);
 		return;
 	default:
-		throw Error(fmt::format("cannot widen a {} tensor to f32; use f32, f16 or bf16", dtype_name(src.dtype())));
+		throw Error(fmt::format("cannot widen a {} tensor to f32; use f32, f16 or bf16",
+					dtype_name(src.dtype())));
 	}
 }
 
@@ -40,7 +41,8 @@ void narrow_from_f32(const float* in, const Tensor& dst)
 		narrow_bf16(in, dst.data_as<uint16_t>(), n);
 		return;
 	default:
-		throw Error(fmt::format("cannot round f32 to a {} tensor; use f32, f16 or bf16", dtype_name(dst.dtype())));
+		throw Error(fmt::format("cannot round f32 to a {} tensor; use f32, f16 or bf16",
+					dtype_name(dst.dtype())));
 	}
 }
 
