@@ -24,7 +24,7 @@ std::unique_ptr<SequentialModel> make_cnn(const CnnOptions& o, const Device& dev
 	layers.push_back(std::make_unique<Linear>("fc1", o.channels2 * side * side, o.hidden, Activation::relu, o.seed,
 						  device));
 	layers.push_back(std::make_unique<Linear>("fc2", o.hidden, o.classes, Activation::none, o.seed, device));
-	return std::make_unique<SequentialModel>(std::move(layers), device);
+	return std::make_unique<SequentialModel>(std::move(layers), device, o.precision);
 }
 
 } // namespace tower

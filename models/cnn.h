@@ -14,6 +14,7 @@ struct CnnOptions {
 	int64_t hidden = 512;
 	int64_t classes = 10;
 	uint64_t seed = 0;
+	DType precision = DType::f32; // compute type: f32, f16 or bf16
 };
 
 // conv1 (1 -> channels1, 5x5, pad 2) relu pool, conv2 (-> channels2) relu pool, flatten,

@@ -20,7 +20,7 @@ std::unique_ptr<SequentialModel> make_mlp(const MlpOptions& o, const Device& dev
 	}
 	layers.push_back(std::make_unique<Linear>(fmt::format("fc{}", o.depth + 1), width, o.classes, Activation::none,
 						  o.seed, device));
-	return std::make_unique<SequentialModel>(std::move(layers), device);
+	return std::make_unique<SequentialModel>(std::move(layers), device, o.precision);
 }
 
 } // namespace tower

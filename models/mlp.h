@@ -13,6 +13,7 @@ struct MlpOptions {
 	int64_t depth = 2; // hidden layers
 	int64_t classes = 10;
 	uint64_t seed = 0;
+	DType precision = DType::f32; // compute type: f32, f16 or bf16
 };
 
 // Layers fc1 .. fc<depth+1>; each hidden layer has its ReLU fused into the bias pass.

@@ -12,6 +12,13 @@ namespace tower {
 // communication can start while earlier layers are still differentiated.
 using GradReadyFn = std::function<void(const Parameter&)>;
 
+struct BackwardOptions {
+	bool accumulate = false; // add to each Parameter::grad instead of overwriting it
+	// The loss gradient is multiplied by this (in f32, before rounding to a 16-bit compute type)
+	// so small gradients survive f16; the f32 gradients come out scaled by it.
+	float loss_scale = 1.0f;
+};
+
 struct ForwardResult {
 	float loss = 0.0f;   // mean softmax cross-entropy over the batch
 	int64_t correct = 0; // samples whose arg-max logit equals the label
@@ -26,13 +33,14 @@ public:
 	virtual std::vector<Parameter*> parameters() = 0;
 
 	// images: f32 [B, 1, 28, 28] on the model's device; labels: i32 [B] on the same device.
-	// Keeps what backward needs.
+	// Keeps what backward needs. The loss is f32 whatever the model's compute precision.
 	virtual ForwardResult forward(const Tensor& images, const Tensor& labels) = 0;
 
-	// Differentiates the last forward's loss. With `accumulate` false each grad is overwritten;
-	// with true it is added to. `on_ready` (may be empty) is called once per parameter, in
-	// reverse layer order, right after its gradient is complete.
-	virtual void backward(const GradReadyFn& on_ready, bool accumulate) = 0;
+	// Differentiates the last forward's loss times options.loss_scale into the f32
+	// Parameter::grad (overwritten, or added to with options.accumulate). `on_ready` (may be
+	// empty) is called once per parameter, in reverse layer order, right after its gradient is
+	// complete.
+	virtual void backward(const GradReadyFn& on_ready, const BackwardOptions& options) = 0;
 };
 
 } // namespace tower

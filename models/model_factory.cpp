@@ -22,8 +22,22 @@ std::string known_model_names()
 	return "mlp, cnn";
 }
 
+DType parse_precision(std::string_view text)
+{
+	if (text == "fp32" || text == "f32")
+		return DType::f32;
+	if (text == "fp16" || text == "f16")
+		return DType::f16;
+	if (text == "bf16")
+		return DType::bf16;
+	throw AgreedError(fmt::format("unknown precision '{}'; use fp32, fp16 or bf16", text));
+}
+
 std::unique_ptr<Model> make_model(const ModelConfig& config, const Device& device)
 {
+	const DType p = config.precision;
+	expect_option(p == DType::f32 || p == DType::f16 || p == DType::bf16,
+		      fmt::format("model precision {} is not a compute type; use fp32, fp16 or bf16", dtype_name(p)));
 	expect_option(config.hidden >= 0, fmt::format("model hidden width {} is negative; use a positive width, or 0 "
 						      "for the model's default", config.hidden));
 	if (config.name == "mlp") {
@@ -32,12 +46,14 @@ std::unique_ptr<Model> make_model(const ModelConfig& config, const Device& devic
 		o.hidden = config.hidden > 0 ? config.hidden : o.hidden;
 		o.depth = config.depth;
 		o.seed = config.seed;
+		o.precision = p;
 		return make_mlp(o, device);
 	}
 	if (config.name == "cnn") {
 		CnnOptions o;
 		o.hidden = config.hidden > 0 ? config.hidden : o.hidden;
 		o.seed = config.seed;
+		o.precision = p;
 		return make_cnn(o, device);
 	}
 	throw AgreedError(fmt::format("unknown model '{}'; the known models are: {}", config.name, known_model_names()));

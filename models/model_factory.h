@@ -4,9 +4,11 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "models/model.h"
 #include "runtime/device.h"
+#include "runtime/dtype.h"
 
 namespace tower {
 
@@ -15,10 +17,17 @@ struct ModelConfig {
 	int64_t hidden = 0;       // hidden width; 0 picks the model's default (mlp 1024, cnn 512)
 	int64_t depth = 2;        // mlp only: the number of hidden layers
 	uint64_t seed = 0;        // initial parameters depend on this alone
+	// Compute type of activations and layer gradients: f32, f16 or bf16 (parameters, their
+	// gradients and the loss stay f32).
+	DType precision = DType::f32;
 };
 
 // The names make_model knows, for help texts: "mlp, cnn".
 std::string known_model_names();
+
+// Parses --precision: "fp32", "fp16" or "bf16" (also "f32", "f16"); throws tower::AgreedError
+// naming the valid forms otherwise.
+DType parse_precision(std::string_view text);
 
 // Throws tower::AgreedError (every rank holds the same config) naming the known models for an
 // unknown name, or the bad option for a hidden width or depth out of range.

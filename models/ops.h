@@ -29,9 +29,11 @@ struct XentResult {
 	int64_t correct = 0; // rows whose arg-max equals the label
 };
 
-// Every tensor is dense, row-major and f32 unless said otherwise; all tensors of one call live on
-// the device the Ops object was chosen for. Operations may run asynchronously on that device;
-// results that come back to the host (softmax_xent_forward) wait for it.
+// Every tensor is dense and row-major; all tensors of one call live on the device the Ops object was
+// chosen for. The float operands of one call share one element type, f32, f16 or bf16 (the
+// compute type of mixed precision): 16-bit data is read, computed on in f32 (GEMMs accumulate in
+// f32) and rounded once when written, so overflow gives inf as on the GPU. Operations may run
+// asynchronously on that device; results that come back to the host wait for it.
 class Ops {
 public:
 	virtual ~Ops() = default;
@@ -66,8 +68,20 @@ public:
 
 	// Softmax of logits [B, K] into probs, and the mean cross-entropy against labels (i32 [B]).
 	virtual XentResult softmax_xent_forward(const Tensor& logits, const Tensor& labels, const Tensor& probs) const = 0;
-	// dlogits = (probs - onehot(labels)) / B.
-	virtual void softmax_xent_backward(const Tensor& probs, const Tensor& labels, const Tensor& dlogits) const = 0;
+	// dlogits = (probs - onehot(labels)) * scale / B, rounded to dlogits' type after the scaling
+	// (scale is the loss scale of mixed precision).
+	virtual void softmax_xent_backward(const Tensor& probs, const Tensor& labels, const Tensor& dlogits,
+					   float scale) const = 0;
+
+	// dst = src converted to dst's type (any two of f32, f16, bf16; same element count); with
+	// `accumulate`, dst += src instead, computed in f32.
+	virtual void cast(const Tensor& src, const Tensor& dst, bool accumulate) const = 0;
+
+	// Gradient hygiene, f32 tensors only: whether no element is inf or NaN, the sum of the
+	// squared elements (in f64), and x *= factor.
+	virtual bool all_finite(const Tensor& x) const = 0;
+	virtual double sum_of_squares(const Tensor& x) const = 0;
+	virtual void scale(const Tensor& x, float factor) const = 0;
 };
 
 // The backend for tensors on `device`. Throws tower::Error when the build has no backend for it.
@@ -76,5 +90,10 @@ const Ops& ops_for(const Device& device);
 // The CPU backend, and the CUDA backend of one device (throws in a build without CUDA).
 const Ops& cpu_ops();
 const Ops& cuda_ops(int device_index);
+
+// The gradient-hygiene operations on the backend of x's device.
+bool all_finite(const Tensor& x);
+double sum_of_squares(const Tensor& x);
+void scale(const Tensor& x, float factor);
 
 } // namespace tower

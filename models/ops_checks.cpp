@@ -7,7 +7,20 @@ namespace tower {
 
 void expect_f32(const Tensor& t, const char* what)
 {
-	TOWER_CHECK(t.dtype() == DType::f32, "{} is {} but only f32 is supported so far", what, dtype_name(t.dtype()));
+	TOWER_CHECK(t.dtype() == DType::f32, "{} is {} but must be f32", what, dtype_name(t.dtype()));
+}
+
+void expect_float(const Tensor& t, const char* what)
+{
+	const DType d = t.dtype();
+	TOWER_CHECK(d == DType::f32 || d == DType::f16 || d == DType::bf16, "{} is {} but must be f32, f16 or bf16",
+		    what, dtype_name(d));
+}
+
+void expect_same_dtype(const Tensor& a, const Tensor& b, const char* what)
+{
+	TOWER_CHECK(a.dtype() == b.dtype(), "{}: operands of types {} and {} must share one type", what,
+		    dtype_name(a.dtype()), dtype_name(b.dtype()));
 }
 
 void expect_on(const Tensor& t, const Device& device, const char* what)
@@ -24,9 +37,9 @@ void expect_same_numel(const Tensor& a, const Tensor& b, const char* what)
 
 GemmDims checked_gemm_dims(Transpose ta, Transpose tb, const Tensor& a, const Tensor& b, const Tensor& c)
 {
-	expect_f32(a, "gemm operand a");
-	expect_f32(b, "gemm operand b");
-	expect_f32(c, "gemm result c");
+	expect_float(c, "gemm result c");
+	expect_same_dtype(a, c, "gemm");
+	expect_same_dtype(b, c, "gemm");
 	TOWER_CHECK(a.rank() == 2 && b.rank() == 2 && c.rank() == 2, "gemm needs 2-D tensors, got {} {} {}",
 		    shape_text(a.shape()), shape_text(b.shape()), shape_text(c.shape()));
 	const bool at = ta == Transpose::yes;
@@ -44,8 +57,8 @@ GemmDims checked_gemm_dims(Transpose ta, Transpose tb, const Tensor& a, const Te
 
 int64_t checked_bias_outer(const Tensor& y, const Tensor& bias, int64_t inner)
 {
-	expect_f32(y, "biased tensor");
-	expect_f32(bias, "bias");
+	expect_float(y, "biased tensor");
+	expect_same_dtype(y, bias, "bias");
 	const int64_t per_outer = bias.numel() * inner;
 	TOWER_CHECK(inner > 0 && per_outer > 0 && y.numel() % per_outer == 0,
 		    "a bias of {} with inner size {} does not tile a tensor of {}", shape_text(bias.shape()), inner,
@@ -55,8 +68,8 @@ int64_t checked_bias_outer(const Tensor& y, const Tensor& bias, int64_t inner)
 
 void check_maxpool(const Tensor& x, const Tensor& y, const Tensor& argmax)
 {
-	expect_f32(x, "pooling input");
-	expect_f32(y, "pooling output");
+	expect_float(x, "pooling input");
+	expect_same_dtype(x, y, "pooling");
 	TOWER_CHECK(argmax.dtype() == DType::i32, "pooling argmax is {} but must be i32", dtype_name(argmax.dtype()));
 	TOWER_CHECK(x.rank() == 4, "pooling input must be [N, C, H, W], got {}", shape_text(x.shape()));
 	const Shape want = {x.dim(0), x.dim(1), x.dim(2) / 2, x.dim(3) / 2};
@@ -66,8 +79,8 @@ void check_maxpool(const Tensor& x, const Tensor& y, const Tensor& argmax)
 
 void check_im2col(const ConvGeometry& g, const Tensor& image, const Tensor& col)
 {
-	expect_f32(image, "im2col image");
-	expect_f32(col, "im2col columns");
+	expect_float(image, "im2col image");
+	expect_same_dtype(image, col, "im2col");
 	TOWER_CHECK(g.kernel > 0 && g.padding >= 0 && g.out_height() > 0 && g.out_width() > 0,
 		    "convolution of {}x{} with kernel {} and padding {} has no output", g.height, g.width, g.kernel,
 		    g.padding);
@@ -79,8 +92,8 @@ void check_im2col(const ConvGeometry& g, const Tensor& image, const Tensor& col)
 
 void check_xent(const Tensor& logits, const Tensor& labels, const Tensor& probs)
 {
-	expect_f32(logits, "logits");
-	expect_f32(probs, "probabilities");
+	expect_float(logits, "logits");
+	expect_same_dtype(logits, probs, "cross-entropy");
 	TOWER_CHECK(labels.dtype() == DType::i32, "labels are {} but must be i32", dtype_name(labels.dtype()));
 	TOWER_CHECK(logits.rank() == 2 && labels.numel() == logits.dim(0) && probs.shape() == logits.shape(),
 		    "cross-entropy needs logits [B, K], labels [B] and probs [B, K]; got {}, {} and {}",

@@ -14,8 +14,12 @@ struct GemmDims {
 	int64_t k = 0;
 };
 
-// Throws tower::Error unless `t` is f32 (mixed precision is not supported yet).
+// Throws tower::Error unless `t` is f32.
 void expect_f32(const Tensor& t, const char* what);
+// Throws unless `t` is one of the compute types f32, f16, bf16.
+void expect_float(const Tensor& t, const char* what);
+// Throws unless a and b have the same element type.
+void expect_same_dtype(const Tensor& a, const Tensor& b, const char* what);
 // Throws unless `t` lives on `device`.
 void expect_on(const Tensor& t, const Device& device, const char* what);
 // Throws unless a and b have the same element count.

@@ -1,13 +1,16 @@
 // A model made of a chain of layers ending in softmax cross-entropy; the built-in models are these.
 #include "models/sequential.h"
 
+#include "models/ops.h"
 #include "runtime/error.h"
 
 namespace tower {
 
-SequentialModel::SequentialModel(std::vector<std::unique_ptr<Layer>> layers, const Device& device)
-	: layers_(std::move(layers)), device_(device)
+SequentialModel::SequentialModel(std::vector<std::unique_ptr<Layer>> layers, const Device& device, DType precision)
+	: layers_(std::move(layers)), device_(device), precision_(precision)
 {
+	TOWER_CHECK(precision == DType::f32 || precision == DType::f16 || precision == DType::bf16,
+		    "a model computes in f32, f16 or bf16, not {}", dtype_name(precision));
 	first_trainable_ = layers_.size();
 	for (size_t i = 0; i < layers_.size(); ++i)
 		if (!layers_[i]->parameters().empty()) {
@@ -37,7 +40,14 @@ ForwardResult SequentialModel::forward(const Tensor& images, const Tensor& label
 	TOWER_CHECK(images.rank() >= 1 && labels.rank() == 1 && labels.dim(0) == images.dim(0),
 		    "images {} and labels {} disagree on the batch size", shape_text(images.shape()),
 		    shape_text(labels.shape()));
+	// The layers compute in their input's type, so rounding the images once sets the precision
+	// of the whole chain.
 	const Tensor* x = &images;
+	if (precision_ != DType::f32) {
+		const Tensor& low = input_ws_.get(images.shape(), precision_, device_);
+		ops_for(device_).cast(images, low, false);
+		x = &low;
+	}
 	for (auto& layer : layers_)
 		x = &layer->forward(*x);
 	const XentResult r = loss_.forward(*x, labels);
@@ -45,13 +55,13 @@ ForwardResult SequentialModel::forward(const Tensor& images, const Tensor& label
 	return {r.loss, r.correct};
 }
 
-void SequentialModel::backward(const GradReadyFn& on_ready, bool accumulate)
+void SequentialModel::backward(const GradReadyFn& on_ready, const BackwardOptions& options)
 {
 	TOWER_CHECK(have_forward_, "backward needs a forward first");
 	BackwardArgs args;
-	args.accumulate = accumulate;
+	args.accumulate = options.accumulate;
 	args.on_ready = &on_ready;
-	const Tensor* dy = &loss_.backward();
+	const Tensor* dy = &loss_.backward(options.loss_scale);
 	// Layers before the first one with parameters are never differentiated.
 	for (size_t i = layers_.size(); i-- > first_trainable_;) {
 		args.need_input_grad = i > first_trainable_;

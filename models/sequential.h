@@ -6,19 +6,24 @@
 
 #include "models/layers/layer.h"
 #include "models/layers/softmax_xent.h"
+#include "models/layers/workspace.h"
 #include "models/model.h"
 
 namespace tower {
 
 class SequentialModel : public Model {
 public:
-	SequentialModel(std::vector<std::unique_ptr<Layer>> layers, const Device& device);
+	// `precision` is the compute type (f32, f16 or bf16): activations and the layers' gradients
+	// are kept in it, parameters and their gradients stay f32.
+	SequentialModel(std::vector<std::unique_ptr<Layer>> layers, const Device& device,
+			DType precision = DType::f32);
 
 	std::vector<Parameter*> parameters() override;
 	ForwardResult forward(const Tensor& images, const Tensor& labels) override;
-	void backward(const GradReadyFn& on_ready, bool accumulate) override;
+	void backward(const GradReadyFn& on_ready, const BackwardOptions& options) override;
 
 	const Device& device() const { return device_; }
+	DType precision() const { return precision_; }
 
 private:
 	std::vector<std::unique_ptr<Layer>> layers_;
@@ -27,6 +32,8 @@ private:
 	size_t first_trainable_ = 0;
 	SoftmaxCrossEntropy loss_;
 	Device device_;
+	DType precision_;
+	Workspace input_ws_; // the images rounded to a 16-bit compute type
 	bool have_forward_ = false;
 };
 

@@ -1,6 +1,7 @@
 // A dense tensor on one device: shape, element type, and owned or borrowed memory.
 #include "models/tensor.h"
 
+#include "collectives/half.h"
 #include "runtime/error.h"
 #include "runtime/memory.h"
 
@@ -106,9 +107,20 @@ void Tensor::zero()
 
 std::vector<float> Tensor::to_host_f32() const
 {
-	TOWER_CHECK(dtype_ == DType::f32, "to_host_f32 on a {} tensor", dtype_name(dtype_));
-	std::vector<float> out(static_cast<size_t>(numel()));
-	copy_bytes(out.data(), Device{}, data_, device_, bytes());
+	TOWER_CHECK(dtype_ == DType::f32 || dtype_ == DType::f16 || dtype_ == DType::bf16,
+		    "to_host_f32 on a {} tensor; it reads f32, f16 and bf16", dtype_name(dtype_));
+	const size_t n = static_cast<size_t>(numel());
+	std::vector<float> out(n);
+	if (dtype_ == DType::f32) {
+		copy_bytes(out.data(), Device{}, data_, device_, bytes());
+		return out;
+	}
+	std::vector<uint16_t> bits(n);
+	copy_bytes(bits.data(), Device{}, data_, device_, bytes());
+	if (dtype_ == DType::f16)
+		widen_f16(bits.data(), out.data(), n);
+	else
+		widen_bf16(bits.data(), out.data(), n);
 	return out;
 }
 

@@ -53,7 +53,7 @@ public:
 	// Copies `src` into this tensor; shapes and dtypes must match, devices may differ.
 	void copy_from(const Tensor& src);
 	void zero();
-	// The elements as f32 on the host (f32 tensors only for now).
+	// The elements as f32 on the host (f32, f16 and bf16 tensors; 16-bit values widen exactly).
 	std::vector<float> to_host_f32() const;
 
 private:

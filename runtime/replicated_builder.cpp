@@ -130,9 +130,9 @@ StepStats ReplicatedBuilder::step(const Tensor& images, const Tensor& labels, fl
 	stats.forward = model_.forward(images, labels);
 	const auto backward_start = Clock::now();
 	if (comm_thread_)
-		model_.backward([this](const Parameter& p) { on_gradient_ready(p); }, false);
+		model_.backward([this](const Parameter& p) { on_gradient_ready(p); }, BackwardOptions{});
 	else
-		model_.backward({}, false);
+		model_.backward({}, BackwardOptions{});
 	const auto backward_end = Clock::now();
 	stats.compute_s = seconds(backward_end - start);
 

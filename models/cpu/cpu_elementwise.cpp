@@ -1,35 +1,19 @@
-// Elementwise CPU ops: fill, accumulate, bias with optional ReLU, bias gradient, ReLU.
+// Elementwise CPU ops: fill, accumulate, bias with optional ReLU, bias gradient, ReLU, casts.
 #include <algorithm>
 
 #include "models/cpu/cpu_ops.h"
+#include "models/cpu/f32_copy.h"
 #include "models/ops_checks.h"
 
 namespace tower {
 
-void CpuOps::fill(const Tensor& x, float value) const
-{
-	expect_f32(x, "filled tensor");
-	std::fill_n(x.data_as<float>(), x.numel(), value);
-}
+namespace {
 
-void CpuOps::accumulate(float alpha, const Tensor& x, const Tensor& y) const
-{
-	expect_f32(x, "accumulated tensor");
-	expect_f32(y, "accumulator");
-	expect_same_numel(x, y, "accumulate");
-	const float* __restrict xs = x.data_as<float>();
-	float* __restrict ys = y.data_as<float>();
-	const int64_t n = x.numel();
-	for (int64_t i = 0; i < n; ++i)
-		ys[i] += alpha * xs[i];
-}
+// The f32 loops; the public operations widen 16-bit operands around them.
 
-void CpuOps::bias_act(const Tensor& y, const Tensor& bias, int64_t inner, bool relu) const
+void bias_act_f32(float* __restrict row, const float* __restrict b, int64_t outer, int64_t channels, int64_t inner,
+		  bool relu)
 {
-	const int64_t outer = checked_bias_outer(y, bias, inner);
-	const int64_t channels = bias.numel();
-	const float* __restrict b = bias.data_as<float>();
-	float* __restrict row = y.data_as<float>();
 	// One pass over y: the bias and the ReLU are applied while the row is in cache. The loops
 	// run along the contiguous dimension so they vectorize: across channels for linear layers
 	// (inner 1), across pixels for convolutions.
@@ -56,14 +40,8 @@ void CpuOps::bias_act(const Tensor& y, const Tensor& bias, int64_t inner, bool r
 	}
 }
 
-void CpuOps::bias_grad(const Tensor& dy, const Tensor& db, int64_t inner, bool accumulate) const
+void bias_grad_f32(const float* __restrict row, float* __restrict g, int64_t outer, int64_t channels, int64_t inner)
 {
-	const int64_t outer = checked_bias_outer(dy, db, inner);
-	const int64_t channels = db.numel();
-	float* __restrict g = db.data_as<float>();
-	const float* __restrict row = dy.data_as<float>();
-	if (!accumulate)
-		std::fill_n(g, channels, 0.0f);
 	if (inner == 1) {
 		// Linear layers: add whole rows so the loop vectorizes across channels.
 		for (int64_t o = 0; o < outer; ++o, row += channels)
@@ -80,31 +58,94 @@ void CpuOps::bias_grad(const Tensor& dy, const Tensor& db, int64_t inner, bool a
 		}
 }
 
+} // namespace
+
+void CpuOps::fill(const Tensor& x, float value) const
+{
+	expect_float(x, "filled tensor");
+	const F32Copy fx(x, false);
+	std::fill_n(fx.data(), x.numel(), value);
+	fx.store();
+}
+
+void CpuOps::accumulate(float alpha, const Tensor& x, const Tensor& y) const
+{
+	expect_float(x, "accumulated tensor");
+	expect_same_dtype(x, y, "accumulate");
+	expect_same_numel(x, y, "accumulate");
+	const F32Copy fx(x, true), fy(y, true);
+	const float* __restrict xs = fx.data();
+	float* __restrict ys = fy.data();
+	const int64_t n = x.numel();
+	for (int64_t i = 0; i < n; ++i)
+		ys[i] += alpha * xs[i];
+	fy.store();
+}
+
+void CpuOps::bias_act(const Tensor& y, const Tensor& bias, int64_t inner, bool relu) const
+{
+	const int64_t outer = checked_bias_outer(y, bias, inner);
+	const F32Copy fy(y, true), fb(bias, true);
+	bias_act_f32(fy.data(), fb.data(), outer, bias.numel(), inner, relu);
+	fy.store();
+}
+
+void CpuOps::bias_grad(const Tensor& dy, const Tensor& db, int64_t inner, bool accumulate) const
+{
+	const int64_t outer = checked_bias_outer(dy, db, inner);
+	const F32Copy fdy(dy, true), fdb(db, accumulate);
+	if (!accumulate)
+		std::fill_n(fdb.data(), db.numel(), 0.0f);
+	bias_grad_f32(fdy.data(), fdb.data(), outer, db.numel(), inner);
+	fdb.store();
+}
+
 void CpuOps::relu_forward(const Tensor& x, const Tensor& y) const
 {
-	expect_f32(x, "relu input");
-	expect_f32(y, "relu output");
+	expect_float(x, "relu input");
+	expect_same_dtype(x, y, "relu");
 	expect_same_numel(x, y, "relu");
-	const float* xs = x.data_as<float>();
-	float* ys = y.data_as<float>();
+	const F32Copy fx(x, true), fy(y, false);
+	const float* xs = fx.data();
+	float* ys = fy.data();
 	const int64_t n = x.numel();
 	for (int64_t i = 0; i < n; ++i)
 		ys[i] = std::max(xs[i], 0.0f);
+	fy.store();
 }
 
 void CpuOps::relu_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) const
 {
-	expect_f32(y, "relu output");
-	expect_f32(dy, "relu output gradient");
-	expect_f32(dx, "relu input gradient");
+	expect_float(y, "relu output");
+	expect_same_dtype(y, dy, "relu backward");
+	expect_same_dtype(y, dx, "relu backward");
 	expect_same_numel(y, dy, "relu backward");
 	expect_same_numel(y, dx, "relu backward");
-	const float* __restrict ys = y.data_as<float>();
-	const float* __restrict g = dy.data_as<float>();
-	float* __restrict out = dx.data_as<float>();
+	const F32Copy fy(y, true), fdy(dy, true), fdx(dx, false);
+	const float* __restrict ys = fy.data();
+	const float* __restrict g = fdy.data();
+	float* __restrict out = fdx.data();
 	const int64_t n = y.numel();
 	for (int64_t i = 0; i < n; ++i)
 		out[i] = ys[i] > 0.0f ? g[i] : 0.0f;
+	fdx.store();
+}
+
+void CpuOps::cast(const Tensor& src, const Tensor& dst, bool accumulate) const
+{
+	expect_float(src, "cast source");
+	expect_float(dst, "cast destination");
+	expect_same_numel(src, dst, "cast");
+	const F32Copy fs(src, true), fd(dst, accumulate);
+	const float* __restrict in = fs.data();
+	float* __restrict out = fd.data();
+	const int64_t n = src.numel();
+	if (accumulate)
+		for (int64_t i = 0; i < n; ++i)
+			out[i] += in[i];
+	else if (out != in)
+		std::copy_n(in, n, out);
+	fd.store();
 }
 
 } // namespace tower

@@ -2,6 +2,7 @@
 #include <algorithm>
 
 #include "models/cpu/cpu_ops.h"
+#include "models/cpu/f32_copy.h"
 #include "models/ops_checks.h"
 
 namespace tower {
@@ -25,8 +26,9 @@ void CpuOps::im2col(const ConvGeometry& g, const Tensor& image, const Tensor& co
 {
 	check_im2col(g, image, col);
 	const int64_t oh = g.out_height(), ow = g.out_width();
-	const float* in = image.data_as<float>();
-	float* out = col.data_as<float>();
+	const F32Copy fimage(image, true), fcol(col, false);
+	const float* in = fimage.data();
+	float* out = fcol.data();
 	for (int64_t c = 0; c < g.channels; ++c)
 		for (int64_t ky = 0; ky < g.kernel; ++ky)
 			for (int64_t kx = 0; kx < g.kernel; ++kx, out += oh * ow) {
@@ -44,14 +46,16 @@ void CpuOps::im2col(const ConvGeometry& g, const Tensor& image, const Tensor& co
 					std::fill(dst + xs.hi, dst + ow, 0.0f);
 				}
 			}
+	fcol.store();
 }
 
 void CpuOps::col2im(const ConvGeometry& g, const Tensor& col, const Tensor& image) const
 {
 	check_im2col(g, image, col);
 	const int64_t oh = g.out_height(), ow = g.out_width();
-	const float* in = col.data_as<float>();
-	float* out = image.data_as<float>();
+	const F32Copy fcol(col, true), fimage(image, false);
+	const float* in = fcol.data();
+	float* out = fimage.data();
 	std::fill_n(out, image.numel(), 0.0f);
 	for (int64_t c = 0; c < g.channels; ++c)
 		for (int64_t ky = 0; ky < g.kernel; ++ky)
@@ -67,6 +71,7 @@ void CpuOps::col2im(const ConvGeometry& g, const Tensor& col, const Tensor& imag
 						dst[ox] += src[ox];
 				}
 			}
+	fimage.store();
 }
 
 } // namespace tower

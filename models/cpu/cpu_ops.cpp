@@ -1,4 +1,4 @@
-// The CPU backend's setup and the choice of backend by device.
+// The CPU backend's setup, the choice of backend by device, and the device-neutral entry points.
 #include "models/cpu/cpu_ops.h"
 
 #include <cstdlib>
@@ -22,6 +22,21 @@ const Ops& cpu_ops()
 const Ops& ops_for(const Device& device)
 {
 	return device.is_cuda() ? cuda_ops(device.index) : cpu_ops();
+}
+
+bool all_finite(const Tensor& x)
+{
+	return ops_for(x.device()).all_finite(x);
+}
+
+double sum_of_squares(const Tensor& x)
+{
+	return ops_for(x.device()).sum_of_squares(x);
+}
+
+void scale(const Tensor& x, float factor)
+{
+	ops_for(x.device()).scale(x, factor);
 }
 
 } // namespace tower

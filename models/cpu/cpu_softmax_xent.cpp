@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "models/cpu/cpu_ops.h"
+#include "models/cpu/f32_copy.h"
 #include "models/ops_checks.h"
 #include "runtime/error.h"
 
@@ -24,9 +25,10 @@ XentResult CpuOps::softmax_xent_forward(const Tensor& logits, const Tensor& labe
 	const int64_t rows = logits.dim(0), k = logits.dim(1);
 	double loss_sum = 0.0;
 	int64_t correct = 0;
+	const F32Copy fz(logits, true), fp(probs, false);
 	for (int64_t r = 0; r < rows; ++r) {
-		const float* z = logits.data_as<float>() + r * k;
-		float* p = probs.data_as<float>() + r * k;
+		const float* z = fz.data() + r * k;
+		float* p = fp.data() + r * k;
 		const int64_t label = checked_label(labels.data_as<int32_t>(), r, k);
 		int64_t best = 0;
 		for (int64_t j = 1; j < k; ++j)
@@ -45,21 +47,27 @@ XentResult CpuOps::softmax_xent_forward(const Tensor& logits, const Tensor& labe
 		loss_sum += std::log(sum) - (z[label] - top);
 		correct += best == label ? 1 : 0;
 	}
+	fp.store();
 	return {rows > 0 ? static_cast<float>(loss_sum / static_cast<double>(rows)) : 0.0f, correct};
 }
 
-void CpuOps::softmax_xent_backward(const Tensor& probs, const Tensor& labels, const Tensor& dlogits) const
+void CpuOps::softmax_xent_backward(const Tensor& probs, const Tensor& labels, const Tensor& dlogits,
+				   float loss_scale) const
 {
 	check_xent(probs, labels, dlogits);
 	const int64_t rows = probs.dim(0), k = probs.dim(1);
-	const float scale = 1.0f / static_cast<float>(rows);
+	const float scale = loss_scale / static_cast<float>(rows);
+	const F32Copy fp(probs, true), fd(dlogits, false);
 	for (int64_t r = 0; r < rows; ++r) {
-		const float* p = probs.data_as<float>() + r * k;
-		float* d = dlogits.data_as<float>() + r * k;
+		const float* p = fp.data() + r * k;
+		float* d = fd.data() + r * k;
+		const int64_t label = checked_label(labels.data_as<int32_t>(), r, k);
+		// (p - 1) * scale, not p * scale - scale: a huge loss scale must overflow the same way on
+		// every backend.
 		for (int64_t j = 0; j < k; ++j)
-			d[j] = p[j] * scale;
-		d[checked_label(labels.data_as<int32_t>(), r, k)] -= scale;
+			d[j] = (p[j] - (j == label ? 1.0f : 0.0f)) * scale;
 	}
+	fd.store();
 }
 
 } // namespace tower

@@ -1,6 +1,7 @@
 // The CUDA backend: setup, cuBLAS GEMM, and the checks around tower's kernels.
 #include "models/cuda/cuda_ops.h"
 
+#include <cmath>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -20,7 +21,24 @@ void check_cublas(cublasStatus_t status, const char* what)
 	TOWER_CHECK(status == CUBLAS_STATUS_SUCCESS, "{} failed: {}", what, cublasGetStatusString(status));
 }
 
+cudaDataType_t cublas_type(DType t)
+{
+	switch (t) {
+	case DType::f16:
+		return CUDA_R_16F;
+	case DType::bf16:
+		return CUDA_R_16BF;
+	default:
+		return CUDA_R_32F;
+	}
+}
+
 } // namespace
+
+void cuda::unsupported_type(DType t)
+{
+	throw Error(fmt::format("CUDA kernels compute in f32, f16 or bf16, not {}", dtype_name(t)));
+}
 
 void cuda::check_launch(const char* what)
 {
@@ -34,6 +52,8 @@ CudaOps::CudaOps(int device_index) : device_{DeviceKind::cuda, device_index}
 	check_cublas(cublasCreate(&cublas_), "cublasCreate");
 	xent_totals_ = Tensor::zeros({2}, DType::f32, device_);
 	xent_bad_label_ = Tensor::zeros({1}, DType::i32, device_);
+	square_partials_ = Tensor::empty({cuda::max_partials}, DType::f64, device_);
+	square_total_ = Tensor::empty({1}, DType::f64, device_);
 }
 
 CudaOps::~CudaOps()
@@ -58,6 +78,16 @@ void CudaOps::gemm(Transpose ta, Transpose tb, float alpha, const Tensor& a, con
 	// cuBLAS is column-major: a row-major C = op(A) op(B) is the column-major C^T = op(B)^T op(A)^T,
 	// so the operands swap places and keep their transpose flags.
 	const auto flag = [](Transpose t) { return t == Transpose::yes ? CUBLAS_OP_T : CUBLAS_OP_N; };
+	if (c.dtype() != DType::f32) {
+		// 16-bit operands and result, f32 accumulation and f32 alpha/beta.
+		const cudaDataType_t type = cublas_type(c.dtype());
+		check_cublas(cublasGemmEx(cublas_, flag(tb), flag(ta), static_cast<int>(d.n), static_cast<int>(d.m),
+					  static_cast<int>(d.k), &alpha, b.data(), type, static_cast<int>(b.dim(1)),
+					  a.data(), type, static_cast<int>(a.dim(1)), &beta, c.data(), type,
+					  static_cast<int>(c.dim(1)), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+			     "cublasGemmEx");
+		return;
+	}
 	check_cublas(cublasSgemm(cublas_, flag(tb), flag(ta), static_cast<int>(d.n), static_cast<int>(d.m),
 				 static_cast<int>(d.k), &alpha, b.data_as<float>(), static_cast<int>(b.dim(1)),
 				 a.data_as<float>(), static_cast<int>(a.dim(1)), &beta, c.data_as<float>(),
@@ -67,19 +97,19 @@ void CudaOps::gemm(Transpose ta, Transpose tb, float alpha, const Tensor& a, con
 
 void CudaOps::fill(const Tensor& x, float value) const
 {
-	expect_f32(x, "filled tensor");
+	expect_float(x, "filled tensor");
 	expect_here(x, "filled tensor");
-	cuda::fill(x.data_as<float>(), x.numel(), value);
+	cuda::fill(x.dtype(), x.data(), x.numel(), value);
 }
 
 void CudaOps::accumulate(float alpha, const Tensor& x, const Tensor& y) const
 {
-	expect_f32(x, "accumulated tensor");
-	expect_f32(y, "accumulator");
+	expect_float(x, "accumulated tensor");
+	expect_same_dtype(x, y, "accumulate");
 	expect_same_numel(x, y, "accumulate");
 	expect_here(x, "accumulated tensor");
 	expect_here(y, "accumulator");
-	cuda::axpy(alpha, x.data_as<float>(), y.data_as<float>(), x.numel());
+	cuda::axpy(x.dtype(), alpha, x.data(), y.data(), x.numel());
 }
 
 void CudaOps::bias_act(const Tensor& y, const Tensor& bias, int64_t inner, bool relu) const
@@ -87,7 +117,7 @@ void CudaOps::bias_act(const Tensor& y, const Tensor& bias, int64_t inner, bool 
 	const int64_t outer = checked_bias_outer(y, bias, inner);
 	expect_here(y, "biased tensor");
 	expect_here(bias, "bias");
-	cuda::bias_act(y.data_as<float>(), bias.data_as<float>(), outer, bias.numel(), inner, relu);
+	cuda::bias_act(y.dtype(), y.data(), bias.data(), outer, bias.numel(), inner, relu);
 }
 
 void CudaOps::bias_grad(const Tensor& dy, const Tensor& db, int64_t inner, bool accumulate) const
@@ -95,27 +125,28 @@ void CudaOps::bias_grad(const Tensor& dy, const Tensor& db, int64_t inner, bool 
 	const int64_t outer = checked_bias_outer(dy, db, inner);
 	expect_here(dy, "output gradient");
 	expect_here(db, "bias gradient");
-	cuda::bias_grad(dy.data_as<float>(), db.data_as<float>(), outer, db.numel(), inner, accumulate);
+	cuda::bias_grad(dy.dtype(), dy.data(), db.data(), outer, db.numel(), inner, accumulate);
 }
 
 void CudaOps::relu_forward(const Tensor& x, const Tensor& y) const
 {
-	expect_f32(x, "relu input");
-	expect_f32(y, "relu output");
+	expect_float(x, "relu input");
+	expect_same_dtype(x, y, "relu");
 	expect_same_numel(x, y, "relu");
 	expect_here(x, "relu input");
 	expect_here(y, "relu output");
-	cuda::relu_forward(x.data_as<float>(), y.data_as<float>(), x.numel());
+	cuda::relu_forward(x.dtype(), x.data(), y.data(), x.numel());
 }
 
 void CudaOps::relu_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) const
 {
 	for (const Tensor* t : {&y, &dy, &dx}) {
-		expect_f32(*t, "relu backward operand");
+		expect_float(*t, "relu backward operand");
+		expect_same_dtype(y, *t, "relu backward");
 		expect_here(*t, "relu backward operand");
 		expect_same_numel(y, *t, "relu backward");
 	}
-	cuda::relu_backward(y.data_as<float>(), dy.data_as<float>(), dx.data_as<float>(), y.numel());
+	cuda::relu_backward(y.dtype(), y.data(), dy.data(), dx.data(), y.numel());
 }
 
 void CudaOps::im2col(const ConvGeometry& g, const Tensor& image, const Tensor& col) const
@@ -123,7 +154,7 @@ void CudaOps::im2col(const ConvGeometry& g, const Tensor& image, const Tensor& c
 	check_im2col(g, image, col);
 	expect_here(image, "im2col image");
 	expect_here(col, "im2col columns");
-	cuda::im2col(g, image.data_as<float>(), col.data_as<float>());
+	cuda::im2col(image.dtype(), g, image.data(), col.data());
 }
 
 void CudaOps::col2im(const ConvGeometry& g, const Tensor& col, const Tensor& image) const
@@ -131,7 +162,7 @@ void CudaOps::col2im(const ConvGeometry& g, const Tensor& col, const Tensor& ima
 	check_im2col(g, image, col);
 	expect_here(image, "col2im image");
 	expect_here(col, "col2im columns");
-	cuda::col2im(g, col.data_as<float>(), image.data_as<float>());
+	cuda::col2im(image.dtype(), g, col.data(), image.data());
 }
 
 void CudaOps::maxpool_forward(const Tensor& x, const Tensor& y, const Tensor& argmax) const
@@ -139,8 +170,8 @@ void CudaOps::maxpool_forward(const Tensor& x, const Tensor& y, const Tensor& ar
 	check_maxpool(x, y, argmax);
 	for (const Tensor* t : {&x, &y, &argmax})
 		expect_here(*t, "pooling operand");
-	cuda::maxpool_forward(x.data_as<float>(), y.data_as<float>(), argmax.data_as<int32_t>(), x.dim(0) * x.dim(1),
-			      x.dim(2), x.dim(3));
+	cuda::maxpool_forward(x.dtype(), x.data(), y.data(), argmax.data_as<int32_t>(), x.dim(0) * x.dim(1), x.dim(2),
+			      x.dim(3));
 }
 
 void CudaOps::maxpool_backward(const Tensor& dy, const Tensor& argmax, const Tensor& dx) const
@@ -148,8 +179,8 @@ void CudaOps::maxpool_backward(const Tensor& dy, const Tensor& argmax, const Ten
 	check_maxpool(dx, dy, argmax);
 	for (const Tensor* t : {&dx, &dy, &argmax})
 		expect_here(*t, "pooling operand");
-	cuda::maxpool_backward(dy.data_as<float>(), argmax.data_as<int32_t>(), dx.data_as<float>(),
-			       dx.dim(0) * dx.dim(1), dx.dim(2), dx.dim(3));
+	cuda::maxpool_backward(dy.dtype(), dy.data(), argmax.data_as<int32_t>(), dx.data(), dx.dim(0) * dx.dim(1),
+			       dx.dim(2), dx.dim(3));
 }
 
 XentResult CudaOps::softmax_xent_forward(const Tensor& logits, const Tensor& labels, const Tensor& probs) const
@@ -160,7 +191,7 @@ XentResult CudaOps::softmax_xent_forward(const Tensor& logits, const Tensor& lab
 	const int64_t rows = logits.dim(0);
 	if (xent_rows_.numel() < 2 * rows)
 		xent_rows_ = Tensor::empty({2 * rows}, DType::f32, device_);
-	cuda::softmax_xent_forward(logits.data_as<float>(), labels.data_as<int32_t>(), probs.data_as<float>(),
+	cuda::softmax_xent_forward(logits.dtype(), logits.data(), labels.data_as<int32_t>(), probs.data(),
 				   xent_rows_.data_as<float>(), xent_totals_.data_as<float>(),
 				   xent_bad_label_.data_as<int32_t>(), rows, logits.dim(1));
 	float totals[2] = {0.0f, 0.0f};
@@ -171,13 +202,49 @@ XentResult CudaOps::softmax_xent_forward(const Tensor& logits, const Tensor& lab
 	return {rows > 0 ? totals[0] / static_cast<float>(rows) : 0.0f, static_cast<int64_t>(totals[1])};
 }
 
-void CudaOps::softmax_xent_backward(const Tensor& probs, const Tensor& labels, const Tensor& dlogits) const
+void CudaOps::softmax_xent_backward(const Tensor& probs, const Tensor& labels, const Tensor& dlogits,
+				    float scale) const
 {
 	check_xent(probs, labels, dlogits);
 	for (const Tensor* t : {&probs, &labels, &dlogits})
 		expect_here(*t, "cross-entropy operand");
-	cuda::softmax_xent_backward(probs.data_as<float>(), labels.data_as<int32_t>(), dlogits.data_as<float>(),
-				    probs.dim(0), probs.dim(1));
+	cuda::softmax_xent_backward(probs.dtype(), probs.data(), labels.data_as<int32_t>(), dlogits.data(), probs.dim(0),
+				    probs.dim(1), scale);
+}
+
+void CudaOps::cast(const Tensor& src, const Tensor& dst, bool accumulate) const
+{
+	expect_float(src, "cast source");
+	expect_float(dst, "cast destination");
+	expect_same_numel(src, dst, "cast");
+	expect_here(src, "cast source");
+	expect_here(dst, "cast destination");
+	cuda::cast(src.dtype(), src.data(), dst.dtype(), dst.data(), src.numel(), accumulate);
+}
+
+bool CudaOps::all_finite(const Tensor& x) const
+{
+	// A sum of squares in f64 is finite exactly when every f32 element is: one reduction and
+	// one 8-byte copy back, shared with the gradient norm.
+	return std::isfinite(sum_of_squares(x));
+}
+
+double CudaOps::sum_of_squares(const Tensor& x) const
+{
+	expect_f32(x, "gradient");
+	expect_here(x, "gradient");
+	cuda::sum_of_squares(x.data_as<float>(), x.numel(), square_partials_.data_as<double>(),
+			     square_total_.data_as<double>());
+	double total = 0.0;
+	copy_bytes(&total, Device{}, square_total_.data(), device_, sizeof total);
+	return total;
+}
+
+void CudaOps::scale(const Tensor& x, float factor) const
+{
+	expect_f32(x, "scaled tensor");
+	expect_here(x, "scaled tensor");
+	cuda::scale(x.data_as<float>(), x.numel(), factor);
 }
 
 const Ops& cuda_ops(int device_index)

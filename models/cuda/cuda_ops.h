@@ -28,7 +28,12 @@ public:
 	void maxpool_forward(const Tensor& x, const Tensor& y, const Tensor& argmax) const override;
 	void maxpool_backward(const Tensor& dy, const Tensor& argmax, const Tensor& dx) const override;
 	XentResult softmax_xent_forward(const Tensor& logits, const Tensor& labels, const Tensor& probs) const override;
-	void softmax_xent_backward(const Tensor& probs, const Tensor& labels, const Tensor& dlogits) const override;
+	void softmax_xent_backward(const Tensor& probs, const Tensor& labels, const Tensor& dlogits,
+				   float scale) const override;
+	void cast(const Tensor& src, const Tensor& dst, bool accumulate) const override;
+	bool all_finite(const Tensor& x) const override;
+	double sum_of_squares(const Tensor& x) const override;
+	void scale(const Tensor& x, float factor) const override;
 
 private:
 	void expect_here(const Tensor& t, const char* what) const;
@@ -40,6 +45,9 @@ private:
 	mutable Tensor xent_rows_;
 	Tensor xent_totals_;
 	Tensor xent_bad_label_;
+	// Per-block partial sums and the total of sum_of_squares.
+	Tensor square_partials_;
+	Tensor square_total_;
 };
 
 } // namespace tower

@@ -1,4 +1,4 @@
-// Elementwise CUDA kernels: fill, axpy, bias with optional ReLU, bias gradient, ReLU.
+// Elementwise CUDA kernels: fill, axpy, bias with optional ReLU, bias gradient, ReLU, casts.
 #include "models/cuda/kernels.h"
 #include "models/cuda/launch.cuh"
 
@@ -6,30 +6,35 @@ namespace tower::cuda {
 
 namespace {
 
-__global__ void fill_kernel(float* x, int64_t n, float value)
+#define TOWER_GRID_STRIDE(i, n) \
+	for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); i += int64_t(gridDim.x) * blockDim.x)
+
+template <typename T> __global__ void fill_kernel(T* x, int64_t n, float value)
 {
-	for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-		x[i] = value;
+	TOWER_GRID_STRIDE(i, n)
+	x[i] = from_f32<T>(value);
 }
 
-__global__ void axpy_kernel(float alpha, const float* x, float* y, int64_t n)
+template <typename T> __global__ void axpy_kernel(float alpha, const T* x, T* y, int64_t n)
 {
-	for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-		y[i] += alpha * x[i];
+	TOWER_GRID_STRIDE(i, n)
+	y[i] = from_f32<T>(to_f32(y[i]) + alpha * to_f32(x[i]));
 }
 
-__global__ void bias_act_kernel(float* y, const float* bias, int64_t n, int64_t channels, int64_t inner, bool relu)
+template <typename T>
+__global__ void bias_act_kernel(T* y, const T* bias, int64_t n, int64_t channels, int64_t inner, bool relu)
 {
-	for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-		const float v = y[i] + bias[(i / inner) % channels];
-		y[i] = relu ? fmaxf(v, 0.0f) : v;
+	TOWER_GRID_STRIDE(i, n)
+	{
+		const float v = to_f32(y[i]) + to_f32(bias[(i / inner) % channels]);
+		y[i] = from_f32<T>(relu ? fmaxf(v, 0.0f) : v);
 	}
 }
 
-// One block per channel sums its outer*inner entries in a fixed order, so results are
+// One block per channel sums its outer*inner entries in f32 in a fixed order, so results are
 // deterministic from run to run.
-__global__ void bias_grad_kernel(const float* dy, float* db, int64_t outer, int64_t channels, int64_t inner,
-				 bool accumulate)
+template <typename T>
+__global__ void bias_grad_kernel(const T* dy, T* db, int64_t outer, int64_t channels, int64_t inner, bool accumulate)
 {
 	__shared__ float partial[block_threads];
 	const int64_t c = blockIdx.x;
@@ -37,7 +42,7 @@ __global__ void bias_grad_kernel(const float* dy, float* db, int64_t outer, int6
 	float sum = 0.0f;
 	for (int64_t j = threadIdx.x; j < count; j += blockDim.x) {
 		const int64_t o = j / inner, i = j % inner;
-		sum += dy[(o * channels + c) * inner + i];
+		sum += to_f32(dy[(o * channels + c) * inner + i]);
 	}
 	partial[threadIdx.x] = sum;
 	__syncthreads();
@@ -47,60 +52,100 @@ __global__ void bias_grad_kernel(const float* dy, float* db, int64_t outer, int6
 		__syncthreads();
 	}
 	if (threadIdx.x == 0)
-		db[c] = accumulate ? db[c] + partial[0] : partial[0];
+		db[c] = from_f32<T>(accumulate ? to_f32(db[c]) + partial[0] : partial[0]);
 }
 
-__global__ void relu_forward_kernel(const float* x, float* y, int64_t n)
+template <typename T> __global__ void relu_forward_kernel(const T* x, T* y, int64_t n)
 {
-	for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-		y[i] = fmaxf(x[i], 0.0f);
+	TOWER_GRID_STRIDE(i, n)
+	y[i] = from_f32<T>(fmaxf(to_f32(x[i]), 0.0f));
 }
 
-__global__ void relu_backward_kernel(const float* y, const float* dy, float* dx, int64_t n)
+template <typename T> __global__ void relu_backward_kernel(const T* y, const T* dy, T* dx, int64_t n)
 {
-	for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-		dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+	TOWER_GRID_STRIDE(i, n)
+	dx[i] = to_f32(y[i]) > 0.0f ? dy[i] : from_f32<T>(0.0f);
+}
+
+template <typename S, typename D> __global__ void cast_kernel(const S* src, D* dst, int64_t n, bool accumulate)
+{
+	TOWER_GRID_STRIDE(i, n)
+	dst[i] = from_f32<D>(accumulate ? to_f32(dst[i]) + to_f32(src[i]) : to_f32(src[i]));
 }
 
 } // namespace
 
-void fill(float* x, int64_t n, float value)
+void fill(DType t, void* x, int64_t n, float value)
 {
-	fill_kernel<<<grid_for(n), block_threads>>>(x, n, value);
+	with_float_type(t, [&](auto tag) {
+		using T = decltype(tag);
+		fill_kernel<<<grid_for(n), block_threads>>>(static_cast<T*>(x), n, value);
+	});
 	check_launch("fill");
 }
 
-void axpy(float alpha, const float* x, float* y, int64_t n)
+void axpy(DType t, float alpha, const void* x, void* y, int64_t n)
 {
-	axpy_kernel<<<grid_for(n), block_threads>>>(alpha, x, y, n);
+	with_float_type(t, [&](auto tag) {
+		using T = decltype(tag);
+		axpy_kernel<<<grid_for(n), block_threads>>>(alpha, static_cast<const T*>(x), static_cast<T*>(y), n);
+	});
 	check_launch("axpy");
 }
 
-void bias_act(float* y, const float* bias, int64_t outer, int64_t channels, int64_t inner, bool relu)
+void bias_act(DType t, void* y, const void* bias, int64_t outer, int64_t channels, int64_t inner, bool relu)
 {
 	const int64_t n = outer * channels * inner;
-	bias_act_kernel<<<grid_for(n), block_threads>>>(y, bias, n, channels, inner, relu);
+	with_float_type(t, [&](auto tag) {
+		using T = decltype(tag);
+		bias_act_kernel<<<grid_for(n), block_threads>>>(static_cast<T*>(y), static_cast<const T*>(bias), n,
+								 channels, inner, relu);
+	});
 	check_launch("bias_act");
 }
 
-void bias_grad(const float* dy, float* db, int64_t outer, int64_t channels, int64_t inner, bool accumulate)
+void bias_grad(DType t, const void* dy, void* db, int64_t outer, int64_t channels, int64_t inner, bool accumulate)
 {
 	if (channels == 0)
 		return;
-	bias_grad_kernel<<<static_cast<unsigned>(channels), block_threads>>>(dy, db, outer, channels, inner, accumulate);
+	with_float_type(t, [&](auto tag) {
+		using T = decltype(tag);
+		bias_grad_kernel<<<static_cast<unsigned>(channels), block_threads>>>(
+			static_cast<const T*>(dy), static_cast<T*>(db), outer, channels, inner, accumulate);
+	});
 	check_launch("bias_grad");
 }
 
-void relu_forward(const float* x, float* y, int64_t n)
+void relu_forward(DType t, const void* x, void* y, int64_t n)
 {
-	relu_forward_kernel<<<grid_for(n), block_threads>>>(x, y, n);
+	with_float_type(t, [&](auto tag) {
+		using T = decltype(tag);
+		relu_forward_kernel<<<grid_for(n), block_threads>>>(static_cast<const T*>(x), static_cast<T*>(y), n);
+	});
 	check_launch("relu_forward");
 }
 
-void relu_backward(const float* y, const float* dy, float* dx, int64_t n)
+void relu_backward(DType t, const void* y, const void* dy, void* dx, int64_t n)
 {
-	relu_backward_kernel<<<grid_for(n), block_threads>>>(y, dy, dx, n);
+	with_float_type(t, [&](auto tag) {
+		using T = decltype(tag);
+		relu_backward_kernel<<<grid_for(n), block_threads>>>(static_cast<const T*>(y), static_cast<const T*>(dy),
+								      static_cast<T*>(dx), n);
+	});
 	check_launch("relu_backward");
+}
+
+void cast(DType st, const void* src, DType dt, void* dst, int64_t n, bool accumulate)
+{
+	with_float_type(st, [&](auto src_tag) {
+		with_float_type(dt, [&](auto dst_tag) {
+			using S = decltype(src_tag);
+			using D = decltype(dst_tag);
+			cast_kernel<<<grid_for(n), block_threads>>>(static_cast<const S*>(src), static_cast<D*>(dst), n,
+								     accumulate);
+		});
+	});
+	check_launch("cast");
 }
 
 } // namespace tower::cuda

@@ -7,7 +7,7 @@ namespace tower::cuda {
 namespace {
 
 // One thread per column entry: row (c, ky, kx), column (oy, ox).
-__global__ void im2col_kernel(ConvGeometry g, const float* image, float* col)
+template <typename T> __global__ void im2col_kernel(ConvGeometry g, const T* image, T* col)
 {
 	const int64_t oh = g.out_height(), ow = g.out_width();
 	const int64_t n = g.col_rows() * oh * ow;
@@ -16,13 +16,13 @@ __global__ void im2col_kernel(ConvGeometry g, const float* image, float* col)
 		const int64_t kx = row % g.kernel, ky = (row / g.kernel) % g.kernel, c = row / (g.kernel * g.kernel);
 		const int64_t iy = oy + ky - g.padding, ix = ox + kx - g.padding;
 		const bool inside = iy >= 0 && iy < g.height && ix >= 0 && ix < g.width;
-		col[i] = inside ? image[(c * g.height + iy) * g.width + ix] : 0.0f;
+		col[i] = inside ? image[(c * g.height + iy) * g.width + ix] : from_f32<T>(0.0f);
 	}
 }
 
 // One thread per image pixel gathers every column entry that read it: no atomics, and the sum
 // order is fixed.
-__global__ void col2im_kernel(ConvGeometry g, const float* col, float* image)
+template <typename T> __global__ void col2im_kernel(ConvGeometry g, const T* col, T* image)
 {
 	const int64_t oh = g.out_height(), ow = g.out_width();
 	const int64_t n = g.channels * g.height * g.width;
@@ -38,24 +38,32 @@ __global__ void col2im_kernel(ConvGeometry g, const float* col, float* image)
 				if (ox < 0 || ox >= ow)
 					continue;
 				const int64_t row = (c * g.kernel + ky) * g.kernel + kx;
-				sum += col[(row * oh + oy) * ow + ox];
+				sum += to_f32(col[(row * oh + oy) * ow + ox]);
 			}
 		}
-		image[i] = sum;
+		image[i] = from_f32<T>(sum);
 	}
 }
 
 } // namespace
 
-void im2col(const ConvGeometry& g, const float* image, float* col)
+void im2col(DType t, const ConvGeometry& g, const void* image, void* col)
 {
-	im2col_kernel<<<grid_for(g.col_rows() * g.col_cols()), block_threads>>>(g, image, col);
+	with_float_type(t, [&](auto tag) {
+		using T = decltype(tag);
+		im2col_kernel<<<grid_for(g.col_rows() * g.col_cols()), block_threads>>>(g, static_cast<const T*>(image),
+											static_cast<T*>(col));
+	});
 	check_launch("im2col");
 }
 
-void col2im(const ConvGeometry& g, const float* col, float* image)
+void col2im(DType t, const ConvGeometry& g, const void* col, void* image)
 {
-	col2im_kernel<<<grid_for(g.channels * g.height * g.width), block_threads>>>(g, col, image);
+	with_float_type(t, [&](auto tag) {
+		using T = decltype(tag);
+		col2im_kernel<<<grid_for(g.channels * g.height * g.width), block_threads>>>(g, static_cast<const T*>(col),
+											   static_cast<T*>(image));
+	});
 	check_launch("col2im");
 }
 

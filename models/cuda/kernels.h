@@ -4,28 +4,44 @@
 #include <cstdint>
 
 #include "models/ops.h"
+#include "runtime/dtype.h"
 
 namespace tower::cuda {
 
-void fill(float* x, int64_t n, float value);
-void axpy(float alpha, const float* x, float* y, int64_t n);
-void bias_act(float* y, const float* bias, int64_t outer, int64_t channels, int64_t inner, bool relu);
-void bias_grad(const float* dy, float* db, int64_t outer, int64_t channels, int64_t inner, bool accumulate);
-void relu_forward(const float* x, float* y, int64_t n);
-void relu_backward(const float* y, const float* dy, float* dx, int64_t n);
+// Float operands are of the compute type `t` (f32, f16 or bf16); the kernels compute in f32.
+void fill(DType t, void* x, int64_t n, float value);
+void axpy(DType t, float alpha, const void* x, void* y, int64_t n);
+void bias_act(DType t, void* y, const void* bias, int64_t outer, int64_t channels, int64_t inner, bool relu);
+void bias_grad(DType t, const void* dy, void* db, int64_t outer, int64_t channels, int64_t inner, bool accumulate);
+void relu_forward(DType t, const void* x, void* y, int64_t n);
+void relu_backward(DType t, const void* y, const void* dy, void* dx, int64_t n);
+// dst (type dt) = or += src (type st).
+void cast(DType st, const void* src, DType dt, void* dst, int64_t n, bool accumulate);
 
-void im2col(const ConvGeometry& g, const float* image, float* col);
-void col2im(const ConvGeometry& g, const float* col, float* image);
+void im2col(DType t, const ConvGeometry& g, const void* image, void* col);
+void col2im(DType t, const ConvGeometry& g, const void* col, void* image);
 
-void maxpool_forward(const float* x, float* y, int32_t* argmax, int64_t planes, int64_t h, int64_t w);
-void maxpool_backward(const float* dy, const int32_t* argmax, float* dx, int64_t planes, int64_t h, int64_t w);
+void maxpool_forward(DType t, const void* x, void* y, int32_t* argmax, int64_t planes, int64_t h, int64_t w);
+void maxpool_backward(DType t, const void* dy, const int32_t* argmax, void* dx, int64_t planes, int64_t h,
+		      int64_t w);
 
 // Writes probs and, into totals[0..1], the summed loss and the correct count (as floats, exact
-// below 2^24 rows); `bad_label` becomes 1 when a label is out of range.
-void softmax_xent_forward(const float* logits, const int32_t* labels, float* probs, float* row_loss,
+// below 2^24 rows); `bad_label` becomes 1 when a label is out of range. row_loss: 2 * rows floats.
+void softmax_xent_forward(DType t, const void* logits, const int32_t* labels, void* probs, float* row_loss,
 			  float* totals, int32_t* bad_label, int64_t rows, int64_t classes);
-void softmax_xent_backward(const float* probs, const int32_t* labels, float* dlogits, int64_t rows,
-			   int64_t classes);
+// dlogits = (probs - onehot) * scale / rows.
+void softmax_xent_backward(DType t, const void* probs, const int32_t* labels, void* dlogits, int64_t rows,
+			   int64_t classes, float scale);
+
+// f32 x: the sum of squares into *out (f64) through `partials` (max_partials doubles), in a
+// fixed order; inf or NaN anywhere makes it non-finite.
+constexpr int64_t max_partials = 1024;
+void sum_of_squares(const float* x, int64_t n, double* partials, double* out);
+void scale(float* x, int64_t n, float factor);
+
+// Throws tower::Error for a dtype the kernels have no instantiation for (defined in C++, so fmt
+// stays out of nvcc).
+[[noreturn]] void unsupported_type(DType t);
 
 // Throws tower::Error if the last launch failed.
 void check_launch(const char* what);

@@ -6,18 +6,18 @@ namespace tower::cuda {
 
 namespace {
 
-__global__ void maxpool_forward_kernel(const float* x, float* y, int32_t* argmax, int64_t planes, int64_t h,
-				       int64_t w)
+template <typename T>
+__global__ void maxpool_forward_kernel(const T* x, T* y, int32_t* argmax, int64_t planes, int64_t h, int64_t w)
 {
 	const int64_t oh = h / 2, ow = w / 2, n = planes * oh * ow;
 	for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
 		const int64_t ox = i % ow, oy = (i / ow) % oh, p = i / (oh * ow);
-		const float* in = x + p * h * w;
+		const T* in = x + p * h * w;
 		// The first of equal maxima wins, in row-major order, as on the CPU.
 		int64_t best = 2 * oy * w + 2 * ox;
 		const int64_t cands[3] = {best + 1, best + w, best + w + 1};
 		for (int64_t cand : cands)
-			if (in[cand] > in[best])
+			if (to_f32(in[cand]) > to_f32(in[best]))
 				best = cand;
 		y[i] = in[best];
 		argmax[i] = static_cast<int32_t>(best);
@@ -26,14 +26,15 @@ __global__ void maxpool_forward_kernel(const float* x, float* y, int32_t* argmax
 
 // One thread per input element: it takes dy of its window when it was the window's maximum,
 // so dx is written once, without atomics.
-__global__ void maxpool_backward_kernel(const float* dy, const int32_t* argmax, float* dx, int64_t planes,
-					int64_t h, int64_t w)
+template <typename T>
+__global__ void maxpool_backward_kernel(const T* dy, const int32_t* argmax, T* dx, int64_t planes, int64_t h,
+					int64_t w)
 {
 	const int64_t oh = h / 2, ow = w / 2, n = planes * h * w;
 	for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
 		const int64_t ix = i % w, iy = (i / w) % h, p = i / (h * w);
 		const int64_t oy = iy / 2, ox = ix / 2;
-		float g = 0.0f;
+		T g = from_f32<T>(0.0f);
 		if (oy < oh && ox < ow) {
 			const int64_t o = (p * oh + oy) * ow + ox;
 			if (argmax[o] == iy * w + ix)
@@ -45,15 +46,24 @@ __global__ void maxpool_backward_kernel(const float* dy, const int32_t* argmax, 
 
 } // namespace
 
-void maxpool_forward(const float* x, float* y, int32_t* argmax, int64_t planes, int64_t h, int64_t w)
+void maxpool_forward(DType t, const void* x, void* y, int32_t* argmax, int64_t planes, int64_t h, int64_t w)
 {
-	maxpool_forward_kernel<<<grid_for(planes * (h / 2) * (w / 2)), block_threads>>>(x, y, argmax, planes, h, w);
+	with_float_type(t, [&](auto tag) {
+		using T = decltype(tag);
+		maxpool_forward_kernel<<<grid_for(planes * (h / 2) * (w / 2)), block_threads>>>(
+			static_cast<const T*>(x), static_cast<T*>(y), argmax, planes, h, w);
+	});
 	check_launch("maxpool_forward");
 }
 
-void maxpool_backward(const float* dy, const int32_t* argmax, float* dx, int64_t planes, int64_t h, int64_t w)
+void maxpool_backward(DType t, const void* dy, const int32_t* argmax, void* dx, int64_t planes, int64_t h,
+		      int64_t w)
 {
-	maxpool_backward_kernel<<<grid_for(planes * h * w), block_threads>>>(dy, argmax, dx, planes, h, w);
+	with_float_type(t, [&](auto tag) {
+		using T = decltype(tag);
+		maxpool_backward_kernel<<<grid_for(planes * h * w), block_threads>>>(
+			static_cast<const T*>(dy), argmax, static_cast<T*>(dx), planes, h, w);
+	});
 	check_launch("maxpool_backward");
 }
 

@@ -8,12 +8,13 @@ namespace {
 
 // One thread per row: the class count is small (10), so a row fits in one thread's loop.
 // row_loss holds 2 * rows floats: each row's loss, then each row's correct flag (0 or 1).
-__global__ void softmax_rows_kernel(const float* logits, const int32_t* labels, float* probs, float* row_loss,
+template <typename T>
+__global__ void softmax_rows_kernel(const T* logits, const int32_t* labels, T* probs, float* row_loss,
 				    int32_t* bad_label, int64_t rows, int64_t k)
 {
 	for (int64_t r = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; r < rows; r += int64_t(gridDim.x) * blockDim.x) {
-		const float* z = logits + r * k;
-		float* p = probs + r * k;
+		const T* z = logits + r * k;
+		T* p = probs + r * k;
 		int64_t label = labels[r];
 		if (label < 0 || label >= k) {
 			*bad_label = 1;
@@ -21,18 +22,16 @@ __global__ void softmax_rows_kernel(const float* logits, const int32_t* labels, 
 		}
 		int64_t best = 0;
 		for (int64_t j = 1; j < k; ++j)
-			if (z[j] > z[best])
+			if (to_f32(z[j]) > to_f32(z[best]))
 				best = j;
-		const float top = z[best];
+		const float top = to_f32(z[best]);
 		float sum = 0.0f;
-		for (int64_t j = 0; j < k; ++j) {
-			p[j] = expf(z[j] - top);
-			sum += p[j];
-		}
+		for (int64_t j = 0; j < k; ++j)
+			sum += expf(to_f32(z[j]) - top);
 		const float inv = 1.0f / sum;
 		for (int64_t j = 0; j < k; ++j)
-			p[j] *= inv;
-		row_loss[r] = logf(sum) - (z[label] - top);
+			p[j] = from_f32<T>(expf(to_f32(z[j]) - top) * inv);
+		row_loss[r] = logf(sum) - (to_f32(z[label]) - top);
 		row_loss[rows + r] = best == label ? 1.0f : 0.0f;
 	}
 }
@@ -63,31 +62,42 @@ __global__ void sum_rows_kernel(const float* row_loss, float* totals, int64_t ro
 	}
 }
 
-__global__ void softmax_xent_backward_kernel(const float* probs, const int32_t* labels, float* dlogits, int64_t rows,
-					     int64_t k)
+template <typename T>
+__global__ void softmax_xent_backward_kernel(const T* probs, const int32_t* labels, T* dlogits, int64_t rows,
+					     int64_t k, float scale)
 {
-	const float scale = 1.0f / static_cast<float>(rows);
 	const int64_t n = rows * k;
 	for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
 		const int64_t r = i / k, j = i % k;
-		dlogits[i] = (probs[i] - (labels[r] == j ? 1.0f : 0.0f)) * scale;
+		dlogits[i] = from_f32<T>((to_f32(probs[i]) - (labels[r] == j ? 1.0f : 0.0f)) * scale);
 	}
 }
 
 } // namespace
 
-void softmax_xent_forward(const float* logits, const int32_t* labels, float* probs, float* row_loss, float* totals,
-			  int32_t* bad_label, int64_t rows, int64_t classes)
+void softmax_xent_forward(DType t, const void* logits, const int32_t* labels, void* probs, float* row_loss,
+			  float* totals, int32_t* bad_label, int64_t rows, int64_t classes)
 {
-	softmax_rows_kernel<<<grid_for(rows), block_threads>>>(logits, labels, probs, row_loss, bad_label, rows, classes);
+	with_float_type(t, [&](auto tag) {
+		using T = decltype(tag);
+		softmax_rows_kernel<<<grid_for(rows), block_threads>>>(static_cast<const T*>(logits), labels,
+									static_cast<T*>(probs), row_loss, bad_label, rows,
+									classes);
+	});
 	check_launch("softmax_xent_forward");
 	sum_rows_kernel<<<1, block_threads>>>(row_loss, totals, rows);
 	check_launch("softmax_xent_forward sum");
 }
 
-void softmax_xent_backward(const float* probs, const int32_t* labels, float* dlogits, int64_t rows, int64_t classes)
+void softmax_xent_backward(DType t, const void* probs, const int32_t* labels, void* dlogits, int64_t rows,
+			   int64_t classes, float scale)
 {
-	softmax_xent_backward_kernel<<<grid_for(rows * classes), block_threads>>>(probs, labels, dlogits, rows, classes);
+	const float per_row = scale / static_cast<float>(rows);
+	with_float_type(t, [&](auto tag) {
+		using T = decltype(tag);
+		softmax_xent_backward_kernel<<<grid_for(rows * classes), block_threads>>>(
+			static_cast<const T*>(probs), labels, static_cast<T*>(dlogits), rows, classes, per_row);
+	});
 	check_launch("softmax_xent_backward");
 }
 

@@ -2,6 +2,7 @@
 #include "models/layers/conv2d.h"
 
 #include "models/init.h"
+#include "models/layers/precision.h"
 #include "runtime/error.h"
 
 namespace tower {
@@ -28,16 +29,18 @@ const Tensor& Conv2d::forward(const Tensor& x)
 	g_ = geometry_for(x);
 	const Ops& ops = ops_for(x.device());
 	const int64_t batch = x.dim(0), oc = shape_.out_channels, pixels = g_.col_cols();
+	const DType type = x.dtype(); // the compute type
 	x_ = x;
-	y_ = y_ws_.get({batch, oc, g_.out_height(), g_.out_width()}, DType::f32, x.device());
-	const Tensor& col = col_ws_.get({g_.col_rows(), pixels}, DType::f32, x.device());
-	const Tensor w = weight_.value.reshaped({oc, g_.col_rows()});
+	w_ = working_value(weight_, type, w_ws_).reshaped({oc, g_.col_rows()});
+	const Tensor b = working_value(bias_, type, b_ws_);
+	y_ = y_ws_.get({batch, oc, g_.out_height(), g_.out_width()}, type, x.device());
+	const Tensor& col = col_ws_.get({g_.col_rows(), pixels}, type, x.device());
 	// One image at a time keeps the column buffer small enough to stay in cache.
-	for (int64_t b = 0; b < batch; ++b) {
-		ops.im2col(g_, x.select(b), col);
-		ops.gemm(Transpose::no, Transpose::no, 1.0f, w, col, 0.0f, y_.select(b).reshaped({oc, pixels}));
+	for (int64_t i = 0; i < batch; ++i) {
+		ops.im2col(g_, x.select(i), col);
+		ops.gemm(Transpose::no, Transpose::no, 1.0f, w_, col, 0.0f, y_.select(i).reshaped({oc, pixels}));
 	}
-	ops.bias_act(y_, bias_.value, pixels, activation_ == Activation::relu);
+	ops.bias_act(y_, b, pixels, activation_ == Activation::relu);
 	return y_;
 }
 
@@ -47,32 +50,35 @@ const Tensor& Conv2d::backward(const Tensor& dy, const BackwardArgs& args)
 		    weight_.name, shape_text(dy.shape()));
 	const Ops& ops = ops_for(dy.device());
 	const int64_t batch = x_.dim(0), oc = shape_.out_channels, pixels = g_.col_cols();
+	const DType type = dy.dtype();
 	Tensor dz = dy;
 	if (activation_ == Activation::relu) {
-		dz = dz_ws_.get(dy.shape(), DType::f32, dy.device());
+		dz = dz_ws_.get(dy.shape(), type, dy.device());
 		ops.relu_backward(y_, dy, dz);
 	}
-	ops.bias_grad(dz, bias_.grad, pixels, args.accumulate);
-	notify_ready(args, bias_);
+	const Tensor db = grad_buffer(bias_, type, db_ws_);
+	ops.bias_grad(dz, db, pixels, accumulate_in_place(db, args));
+	finish_grad(bias_, db, args);
 
 	// dW = sum over images of dz_b [oc, pixels] * col_b^T; the columns are rebuilt rather than
 	// kept from forward, which would need a batch's worth of them.
-	const Tensor& col = col_ws_.get({g_.col_rows(), pixels}, DType::f32, dy.device());
-	const Tensor dw = weight_.grad.reshaped({oc, g_.col_rows()});
-	for (int64_t b = 0; b < batch; ++b) {
-		ops.im2col(g_, x_.select(b), col);
-		const float beta = (b == 0 && !args.accumulate) ? 0.0f : 1.0f;
-		ops.gemm(Transpose::no, Transpose::yes, 1.0f, dz.select(b).reshaped({oc, pixels}), col, beta, dw);
+	const Tensor& col = col_ws_.get({g_.col_rows(), pixels}, type, dy.device());
+	const Tensor dw_buffer = grad_buffer(weight_, type, dw_ws_);
+	const Tensor dw = dw_buffer.reshaped({oc, g_.col_rows()});
+	const bool add = accumulate_in_place(dw_buffer, args);
+	for (int64_t i = 0; i < batch; ++i) {
+		ops.im2col(g_, x_.select(i), col);
+		const float beta = (i == 0 && !add) ? 0.0f : 1.0f;
+		ops.gemm(Transpose::no, Transpose::yes, 1.0f, dz.select(i).reshaped({oc, pixels}), col, beta, dw);
 	}
-	notify_ready(args, weight_);
+	finish_grad(weight_, dw_buffer, args);
 
 	dx_ = Tensor();
 	if (args.need_input_grad) {
-		dx_ = dx_ws_.get(x_.shape(), DType::f32, dy.device());
-		const Tensor w = weight_.value.reshaped({oc, g_.col_rows()});
-		for (int64_t b = 0; b < batch; ++b) {
-			ops.gemm(Transpose::yes, Transpose::no, 1.0f, w, dz.select(b).reshaped({oc, pixels}), 0.0f, col);
-			ops.col2im(g_, col, dx_.select(b));
+		dx_ = dx_ws_.get(x_.shape(), type, dy.device());
+		for (int64_t i = 0; i < batch; ++i) {
+			ops.gemm(Transpose::yes, Transpose::no, 1.0f, w_, dz.select(i).reshaped({oc, pixels}), 0.0f, col);
+			ops.col2im(g_, col, dx_.select(i));
 		}
 	}
 	return dx_;

@@ -36,7 +36,12 @@ private:
 	Parameter bias_;
 	ConvGeometry g_;
 	Tensor x_;
+	Tensor w_; // [out, in*k*k] in the compute type of the last forward
 	Tensor y_;
+	Workspace w_ws_;
+	Workspace b_ws_;
+	Workspace dw_ws_;
+	Workspace db_ws_;
 	Workspace y_ws_;
 	Workspace col_ws_;
 	Workspace dz_ws_;

@@ -2,6 +2,7 @@
 #include "models/layers/linear.h"
 
 #include "models/init.h"
+#include "models/layers/precision.h"
 #include "models/ops.h"
 #include "runtime/error.h"
 
@@ -21,11 +22,14 @@ const Tensor& Linear::forward(const Tensor& x)
 		    shape_text(x.shape()));
 	const Ops& ops = ops_for(x.device());
 	x_ = x;
-	y_ = y_ws_.get({x.dim(0), out_}, DType::f32, x.device());
+	// The input's type is the compute type: 16-bit layers work on rounded copies of the weights.
+	w_ = working_value(weight_, x.dtype(), w_ws_);
+	const Tensor b = working_value(bias_, x.dtype(), b_ws_);
+	y_ = y_ws_.get({x.dim(0), out_}, x.dtype(), x.device());
 	// W is [out, in]: sgemm reads it transposed in place.
-	ops.gemm(Transpose::no, Transpose::yes, 1.0f, x, weight_.value, 0.0f, y_);
+	ops.gemm(Transpose::no, Transpose::yes, 1.0f, x, w_, 0.0f, y_);
 	// Bias and ReLU in one pass over the output.
-	ops.bias_act(y_, bias_.value, 1, activation_ == Activation::relu);
+	ops.bias_act(y_, b, 1, activation_ == Activation::relu);
 	return y_;
 }
 
@@ -34,20 +38,22 @@ const Tensor& Linear::backward(const Tensor& dy, const BackwardArgs& args)
 	TOWER_CHECK(x_.data() != nullptr && dy.shape() == y_.shape(), "{}: backward of {} without a matching forward",
 		    weight_.name, shape_text(dy.shape()));
 	const Ops& ops = ops_for(dy.device());
+	const DType type = dy.dtype();
 	Tensor dz = dy;
 	if (activation_ == Activation::relu) {
-		dz = dz_ws_.get(dy.shape(), DType::f32, dy.device());
+		dz = dz_ws_.get(dy.shape(), type, dy.device());
 		ops.relu_backward(y_, dy, dz);
 	}
-	const float beta = args.accumulate ? 1.0f : 0.0f;
-	ops.bias_grad(dz, bias_.grad, 1, args.accumulate);
-	notify_ready(args, bias_);
-	ops.gemm(Transpose::yes, Transpose::no, 1.0f, dz, x_, beta, weight_.grad);
-	notify_ready(args, weight_);
+	const Tensor db = grad_buffer(bias_, type, db_ws_);
+	ops.bias_grad(dz, db, 1, accumulate_in_place(db, args));
+	finish_grad(bias_, db, args);
+	const Tensor dw = grad_buffer(weight_, type, dw_ws_);
+	ops.gemm(Transpose::yes, Transpose::no, 1.0f, dz, x_, accumulate_in_place(dw, args) ? 1.0f : 0.0f, dw);
+	finish_grad(weight_, dw, args);
 	dx_ = Tensor();
 	if (args.need_input_grad) {
-		dx_ = dx_ws_.get(x_.shape(), DType::f32, dy.device());
-		ops.gemm(Transpose::no, Transpose::no, 1.0f, dz, weight_.value, 0.0f, dx_);
+		dx_ = dx_ws_.get(x_.shape(), type, dy.device());
+		ops.gemm(Transpose::no, Transpose::no, 1.0f, dz, w_, 0.0f, dx_);
 	}
 	return dx_;
 }

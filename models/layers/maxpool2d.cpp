@@ -11,7 +11,7 @@ const Tensor& MaxPool2d::forward(const Tensor& x)
 	TOWER_CHECK(x.rank() == 4, "max pooling expects [B, C, H, W], got {}", shape_text(x.shape()));
 	input_shape_ = x.shape();
 	const Shape out = {x.dim(0), x.dim(1), x.dim(2) / 2, x.dim(3) / 2};
-	y_ = y_ws_.get(out, DType::f32, x.device());
+	y_ = y_ws_.get(out, x.dtype(), x.device());
 	argmax_ = argmax_ws_.get(out, DType::i32, x.device());
 	ops_for(x.device()).maxpool_forward(x, y_, argmax_);
 	return y_;
@@ -23,7 +23,7 @@ const Tensor& MaxPool2d::backward(const Tensor& dy, const BackwardArgs& args)
 		    shape_text(dy.shape()), shape_text(y_.shape()));
 	dx_ = Tensor();
 	if (args.need_input_grad) {
-		dx_ = dx_ws_.get(input_shape_, DType::f32, dy.device());
+		dx_ = dx_ws_.get(input_shape_, dy.dtype(), dy.device());
 		ops_for(dy.device()).maxpool_backward(dy, argmax_, dx_);
 	}
 	return dx_;

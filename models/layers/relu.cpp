@@ -8,7 +8,7 @@ namespace tower {
 
 const Tensor& ReLU::forward(const Tensor& x)
 {
-	y_ = y_ws_.get(x.shape(), DType::f32, x.device());
+	y_ = y_ws_.get(x.shape(), x.dtype(), x.device());
 	ops_for(x.device()).relu_forward(x, y_);
 	return y_;
 }
@@ -19,7 +19,7 @@ const Tensor& ReLU::backward(const Tensor& dy, const BackwardArgs& args)
 		    shape_text(y_.shape()));
 	dx_ = Tensor();
 	if (args.need_input_grad) {
-		dx_ = dx_ws_.get(dy.shape(), DType::f32, dy.device());
+		dx_ = dx_ws_.get(dy.shape(), dy.dtype(), dy.device());
 		ops_for(dy.device()).relu_backward(y_, dy, dx_);
 	}
 	return dx_;

@@ -8,10 +8,12 @@ namespace tower {
 
 class SoftmaxCrossEntropy {
 public:
-	// logits: f32 [B, K]; labels: i32 [B]. Keeps the probabilities for backward.
+	// logits: [B, K] in the compute type; labels: i32 [B]. Keeps the probabilities (in the
+	// logits' type) for backward; the loss is computed in f32.
 	XentResult forward(const Tensor& logits, const Tensor& labels);
-	// The gradient of the mean loss with respect to the last forward's logits.
-	const Tensor& backward();
+	// The gradient of loss_scale x the mean loss with respect to the last forward's logits, in
+	// the logits' type (scaled in f32 before rounding).
+	const Tensor& backward(float loss_scale);
 
 private:
 	Tensor labels_;

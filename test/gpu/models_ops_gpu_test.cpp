@@ -111,8 +111,8 @@ TEST_CASE("the mlp and the cnn give the same loss, correct count and gradients o
 		const ForwardResult rg = cuda->forward(on(g, images), on(g, labels));
 		CHECK(rg.loss == doctest::Approx(rc.loss).epsilon(1e-4));
 		CHECK(rg.correct == rc.correct);
-		cpu->backward({}, false);
-		cuda->backward({}, false);
+		cpu->backward({}, BackwardOptions{});
+		cuda->backward({}, BackwardOptions{});
 		const auto pc = cpu->parameters(), pg = cuda->parameters();
 		for (size_t i = 0; i < pc.size(); ++i) {
 			check_close(pc[i]->value, pg[i]->value, pc[i]->name.c_str());

@@ -131,7 +131,7 @@ void check_gradients(const Net& net)
 	CHECK(std::abs(r.loss - ref) <= 1e-5 * (1.0 + std::abs(ref)));
 
 	std::vector<std::string> order;
-	model->backward([&](const Parameter& p) { order.push_back(p.name); }, false);
+	model->backward([&](const Parameter& p) { order.push_back(p.name); }, BackwardOptions{});
 	REQUIRE(order.size() == params.size());
 	for (size_t i = 0; i < params.size(); ++i)
 		CHECK(order[i] == params[params.size() - 1 - i]->name); // reverse registration order
@@ -199,7 +199,7 @@ TEST_CASE("accumulate adds into the gradients, which may be rebound to a fused b
 	auto model = build(cnn_net, 5);
 	const Batch batch = make_batch(cnn_net, 9);
 	model->forward(batch.images_t, batch.labels_t);
-	model->backward({}, false);
+	model->backward({}, BackwardOptions{});
 	const std::vector<Parameter*> params = model->parameters();
 	std::vector<std::vector<float>> once;
 	int64_t total = 0;
@@ -214,8 +214,8 @@ TEST_CASE("accumulate adds into the gradients, which may be rebound to a fused b
 		p->grad = Tensor::view(fused.data_as<float>() + offset, p->value.shape(), DType::f32, Device{});
 		offset += p->value.numel();
 	}
-	model->backward({}, false);
-	model->backward({}, true);
+	model->backward({}, BackwardOptions{});
+	model->backward({}, BackwardOptions{true});
 	const std::vector<float> all = fused.to_host_f32();
 	offset = 0;
 	for (size_t i = 0; i < params.size(); ++i)

@@ -137,10 +137,10 @@ TEST_CASE("a shorter batch reuses the buffers and gives the same results as a fr
 		auto m = make_model(config, Device{});
 		const ForwardResult r8 = m->forward(full.images, full.labels);
 		const ForwardResult r4 = m->forward(part.images, part.labels);
-		m->backward({}, false);
+		m->backward({}, BackwardOptions{});
 		auto fresh = make_model(config, Device{});
 		const ForwardResult f4 = fresh->forward(part.images, part.labels);
-		fresh->backward({}, false);
+		fresh->backward({}, BackwardOptions{});
 		CHECK(r4.loss == f4.loss);
 		CHECK(r4.correct == f4.correct);
 		CHECK(m->parameters()[0]->grad.to_host_f32() == fresh->parameters()[0]->grad.to_host_f32());
@@ -158,7 +158,7 @@ TEST_CASE("models report gradients last layer first and a few SGD steps lower th
 		std::vector<std::string> order;
 		const float first = m->forward(batch.images, batch.labels).loss;
 		CHECK(std::isfinite(first));
-		m->backward([&](const Parameter& p) { order.push_back(p.name); }, false);
+		m->backward([&](const Parameter& p) { order.push_back(p.name); }, BackwardOptions{});
 		CHECK(order.front() == "fc2.bias");
 		CHECK(order.back() == (name == "mlp" ? "fc1.weight" : "conv1.weight"));
 		float last = first;
@@ -166,7 +166,7 @@ TEST_CASE("models report gradients last layer first and a few SGD steps lower th
 			for (Parameter* p : m->parameters())
 				ops.accumulate(-0.05f, p->grad, p->value);
 			last = m->forward(batch.images, batch.labels).loss;
-			m->backward({}, false);
+			m->backward({}, BackwardOptions{});
 		}
 		CHECK(last < 0.7f * first); // random guessing would not move it
 	}

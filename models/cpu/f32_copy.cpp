@@ -1,0 +1,66 @@
+// An f32 view of a tensor for the CPU kernels: the tensor itself, or a widened copy of 16-bit data.
+#include "models/cpu/f32_copy.h"
+
+#include <algorithm>
+
+#include "collectives/half.h"
+#include "runtime/error.h"
+
+namespace tower {
+
+void widen_to_f32(const Tensor& src, float* out)
+{
+	const size_t n = static_cast<size_t>(src.numel());
+	switch (src.dtype()) {
+	case DType::f32:
+		std::copy_n(src.data_as<float>(), n, out);
+		return;
+	case DType::f16:
+		widen_f16(src.data_as<uint16_t>(), out, n);
+		return;
+	case DType::bf16:
+		widen_bf16(src.data_as<uint16_t>(), out, n);
+		return;
+	default:
+		throw Error(fmt::format("cannot widen a {} tensor to f32; use f32, f16 or bf16",
+					dtype_name(src.dtype())));
+	}
+}
+
+void narrow_from_f32(const float* in, const Tensor& dst)
+{
+	const size_t n = static_cast<size_t>(dst.numel());
+	switch (dst.dtype()) {
+	case DType::f32:
+		std::copy_n(in, n, dst.data_as<float>());
+		return;
+	case DType::f16:
+		narrow_f16(in, dst.data_as<uint16_t>(), n);
+		return;
+	case DType::bf16:
+		narrow_bf16(in, dst.data_as<uint16_t>(), n);
+		return;
+	default:
+		throw Error(fmt::format("cannot round f32 to a {} tensor; use f32, f16 or bf16",
+					dtype_name(dst.dtype())));
+	}
+}
+
+F32Copy::F32Copy(const Tensor& t, bool load) : original_(t)
+{
+	if (t.dtype() == DType::f32) {
+		f32_ = t;
+		return;
+	}
+	f32_ = Tensor::empty(t.shape(), DType::f32, Device{});
+	if (load)
+		widen_to_f32(t, f32_.data_as<float>());
+}
+
+void F32Copy::store() const
+{
+	if (original_.dtype() != DType::f32)
+		narrow_from_f32(f32_.data_as<float>(), original_);
+}
+
+} // namespace tower

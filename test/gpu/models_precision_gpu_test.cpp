@@ -1,0 +1,171 @@
+// GPU test: f16/bf16 layers and models on CUDA against the f32 CPU path, overflow, loss scaling,
+// and the gradient-hygiene ops against the CPU.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <memory>
+
+#include "models/init.h"
+#include "models/layers/conv2d.h"
+#include "models/layers/linear.h"
+#include "models/layers/maxpool2d.h"
+#include "models/model_factory.h"
+#include "models/ops.h"
+#include "runtime/device.h"
+#include "test/harness/mpi_main.h"
+
+using namespace tower;
+using tower::test::world;
+
+namespace {
+
+Device gpu()
+{
+	const Topology t(world().comm(), std::nullopt);
+	return assign_device(t, probe_gpu_runtime(), DevicePreference::cuda);
+}
+
+double tolerance(DType t)
+{
+	return t == DType::bf16 ? 1e-2 : 2e-3;
+}
+
+// ||got - ref|| <= tol * ||ref|| (see test/models/precision_test.cpp for why not per element).
+void check_close(const Tensor& ref, const Tensor& got, double tol, const std::string& what)
+{
+	REQUIRE(ref.shape() == got.shape());
+	const std::vector<float> a = ref.to_host_f32(), b = got.to_host_f32();
+	double diff = 0.0, norm = 0.0;
+	for (size_t i = 0; i < a.size(); ++i) {
+		const double d = static_cast<double>(a[i]) - b[i];
+		diff += d * d;
+		norm += static_cast<double>(a[i]) * a[i];
+	}
+	REQUIRE(norm > 0.0);
+	const double relative = std::sqrt(diff / norm);
+	INFO(what, ": relative L2 error ", relative, " above ", tol);
+	CHECK(relative <= tol);
+}
+
+Tensor random_input(const Shape& shape)
+{
+	return Tensor::from_host(seeded_uniform("x", 3, shape_numel(shape), 1.0f), shape, Device{});
+}
+
+// Exact in both 16-bit types, distinct in every 2x2 window, never zero.
+Tensor exact_input(const Shape& shape)
+{
+	std::vector<float> v(static_cast<size_t>(shape_numel(shape)));
+	for (size_t i = 0; i < v.size(); ++i)
+		v[i] = static_cast<float>(static_cast<int64_t>(i * 37 % 211) - 105) / 64.0f + 1.0f / 128.0f;
+	return Tensor::from_host(v, shape, Device{});
+}
+
+Tensor on(const Device& d, const Tensor& host, DType t)
+{
+	Tensor staged = Tensor::empty(host.shape(), host.dtype(), d);
+	staged.copy_from(host);
+	if (t == host.dtype())
+		return staged;
+	Tensor out = Tensor::empty(host.shape(), t, d);
+	ops_for(d).cast(staged, out, false);
+	return out;
+}
+
+using LayerMaker = std::function<std::unique_ptr<Layer>(const Device&)>;
+
+// The f32 layer on the CPU against the same layer in `t` on the GPU.
+void compare_layer(const LayerMaker& make, const Tensor& x, DType t)
+{
+	const Device g = gpu();
+	auto ref = make(Device{});
+	auto low = make(g);
+	const Tensor& y_ref = ref->forward(x);
+	const Tensor& y_low = low->forward(on(g, x, t));
+	check_close(y_ref, y_low, tolerance(t), "output");
+	const Tensor dy = Tensor::from_host(seeded_uniform("dy", 4, y_ref.numel(), 1.0f), y_ref.shape(), Device{});
+	const Tensor dy_low = on(g, dy, t);
+	for (bool accumulate : {false, true}) {
+		const BackwardArgs args{true, accumulate, nullptr};
+		const Tensor dx_ref = ref->backward(dy, args);
+		const Tensor dx_low = low->backward(dy_low, args);
+		check_close(dx_ref, dx_low, tolerance(t), "input gradient");
+		const auto pr = ref->parameters(), pl = low->parameters();
+		for (size_t i = 0; i < pr.size(); ++i)
+			check_close(pr[i]->grad, pl[i]->grad, tolerance(t), pr[i]->name);
+	}
+}
+
+} // namespace
+
+TEST_CASE("f16 and bf16 layers on the GPU agree with f32 on the CPU")
+{
+	for (DType t : {DType::f16, DType::bf16}) {
+		CAPTURE(dtype_name(t));
+		for (Activation a : {Activation::none, Activation::relu})
+			compare_layer([a](const Device& d) { return std::make_unique<Linear>("fc", 37, 19, a, 1, d); },
+				      random_input({13, 37}), t);
+		compare_layer([](const Device& d) {
+			return std::make_unique<Conv2d>("conv", Conv2dShape{3, 8, 5, 2}, Activation::none, 1, d);
+		}, random_input({4, 3, 12, 11}), t);
+		compare_layer([](const Device&) { return std::make_unique<MaxPool2d>(); }, exact_input({3, 4, 9, 8}), t);
+	}
+}
+
+TEST_CASE("both models in f16 and bf16 on the GPU agree with f32 on the CPU; f16 overflows, bf16 does not")
+{
+	const Device g = gpu();
+	const int64_t batch = 32;
+	const Tensor images = Tensor::from_host(seeded_uniform("img", 5, batch * 784, 1.0f), {batch, 1, 28, 28}, Device{});
+	Tensor labels = Tensor::empty({batch}, DType::i32, Device{});
+	for (int64_t i = 0; i < batch; ++i)
+		labels.data_as<int32_t>()[i] = static_cast<int32_t>(i % 10);
+	for (const std::string name : {"mlp", "cnn"})
+		for (DType t : {DType::f16, DType::bf16}) {
+			CAPTURE(name);
+			CAPTURE(dtype_name(t));
+			auto ref = make_model(ModelConfig{name, 64, 2, 9}, Device{});
+			ModelConfig c{name, 64, 2, 9};
+			c.precision = t;
+			auto low = make_model(c, g);
+			const ForwardResult rr = ref->forward(images, labels);
+			const ForwardResult rl = low->forward(on(g, images, DType::f32), on(g, labels, DType::i32));
+			CHECK(rl.loss == doctest::Approx(rr.loss).epsilon(tolerance(t)));
+			ref->backward({}, BackwardOptions{});
+			low->backward({}, BackwardOptions{false, 8.0f});
+			const auto pr = ref->parameters(), pl = low->parameters();
+			for (size_t i = 0; i < pr.size(); ++i) {
+				scale(pl[i]->grad, 1.0f / 8.0f);
+				// Max-pool ties in 16 bits move convolution gradients by a few percent.
+				const bool behind_pooling = pr[i]->name.starts_with("conv");
+				check_close(pr[i]->grad, pl[i]->grad, behind_pooling ? 0.1 : tolerance(t), pr[i]->name);
+			}
+			low->backward({}, BackwardOptions{false, 16777216.0f});
+			bool finite = true;
+			for (Parameter* p : pl)
+				finite = finite && all_finite(p->grad);
+			CHECK(finite == (t == DType::bf16));
+		}
+}
+
+TEST_CASE("the hygiene ops on the GPU match the CPU")
+{
+	const Device g = gpu();
+	for (int64_t n : {1, 1000, 1 << 20}) {
+		CAPTURE(n);
+		const Tensor host = Tensor::from_host(seeded_uniform("g", 1, n, 2.0f), {n}, Device{});
+		const Tensor dev = on(g, host, DType::f32);
+		CHECK(all_finite(dev));
+		CHECK(sum_of_squares(dev) == doctest::Approx(sum_of_squares(host)).epsilon(1e-12));
+		std::vector<float> v = host.to_host_f32();
+		v[static_cast<size_t>(n - 1)] = std::numeric_limits<float>::infinity();
+		CHECK_FALSE(all_finite(on(g, Tensor::from_host(v, {n}, Device{}), DType::f32)));
+		v[0] = std::numeric_limits<float>::quiet_NaN();
+		CHECK_FALSE(all_finite(on(g, Tensor::from_host(v, {n}, Device{}), DType::f32)));
+		scale(dev, 0.5f);
+		scale(host, 0.5f);
+		CHECK(dev.to_host_f32() == host.to_host_f32());
+	}
+}

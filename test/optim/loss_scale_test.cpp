@@ -1,0 +1,151 @@
+// Tests of loss scaling: option parsing, both dynamic policies step by step, static and none, state.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "optim/loss_scale.h"
+#include "runtime/error.h"
+
+using namespace tower;
+
+namespace {
+
+int64_t clean_steps(LossScaler& s)
+{
+	return *s.state()[1].tensor.data_as<int64_t>();
+}
+
+} // namespace
+
+TEST_CASE("loss-scale options parse every valid form and name them on a bad one")
+{
+	CHECK(parse_loss_scale("none").mode == LossScaleMode::none);
+	const LossScaleOptions d = parse_loss_scale("dynamic");
+	CHECK(d.mode == LossScaleMode::dynamic);
+	CHECK(d.policy == LossScalePolicy::log2);
+	CHECK(parse_loss_scale("dynamic:log2").policy == LossScalePolicy::log2);
+	CHECK(parse_loss_scale("dynamic:growth").policy == LossScalePolicy::growth);
+	const LossScaleOptions s = parse_loss_scale("static:128.5");
+	CHECK(s.mode == LossScaleMode::fixed);
+	CHECK(s.fixed_scale == 128.5f);
+	LossScaleOptions tuned;
+	tuned.log2_init = 10.0;
+	CHECK(parse_loss_scale("dynamic", tuned).log2_init == 10.0);
+	for (const char* bad : {"", "dynamic:fast", "static", "static:", "static:-4", "static:0", "static:1e99",
+				"static:12x", "Dynamic"}) {
+		CAPTURE(bad);
+		CHECK_THROWS_WITH_AS(parse_loss_scale(bad), doctest::Contains("static:VALUE"), AgreedError);
+	}
+}
+
+TEST_CASE("the log2 policy starts at 2^64, adds inc per clean step and drops dec on overflow")
+{
+	LossScaler s(parse_loss_scale("dynamic"));
+	CHECK(s.log2_scale() == 64.0);
+	CHECK(s.scale() == std::ldexp(1.0f, 64));
+	// A scripted run: 'o' overflow, '.' clean.
+	const std::string script = "oooo..o.......o..................o";
+	double want = 64.0;
+	int64_t clean = 0;
+	for (char c : script) {
+		const bool overflow = c == 'o';
+		s.update(overflow);
+		want += overflow ? -1.0 : 0.0005;
+		clean = overflow ? 0 : clean + 1;
+		CHECK(s.log2_scale() == doctest::Approx(want).epsilon(1e-5)); // f32 state
+		CHECK(clean_steps(s) == clean);
+	}
+	CHECK(want == doctest::Approx(64.0 - 7.0 + 27 * 0.0005)); // 7 overflows, 27 clean steps
+}
+
+TEST_CASE("the log2 policy takes init, inc and dec as options")
+{
+	LossScaleOptions o = parse_loss_scale("dynamic:log2");
+	o.log2_init = 8.0;
+	o.log2_inc = 0.25;
+	o.log2_dec = 2.0;
+	LossScaler s(o);
+	CHECK(s.scale() == 256.0f);
+	s.update(false);
+	s.update(false);
+	CHECK(s.log2_scale() == 8.5);
+	s.update(true);
+	CHECK(s.log2_scale() == 6.5);
+}
+
+TEST_CASE("the growth policy doubles after 2000 clean steps in a row and halves on overflow")
+{
+	LossScaler s(parse_loss_scale("dynamic:growth"));
+	CHECK(s.scale() == 65536.0f);
+	for (int i = 0; i < 1999; ++i)
+		s.update(false);
+	CHECK(s.scale() == 65536.0f);
+	CHECK(clean_steps(s) == 1999);
+	s.update(false); // the 2000th
+	CHECK(s.scale() == 131072.0f);
+	CHECK(clean_steps(s) == 0);
+	for (int i = 0; i < 1500; ++i)
+		s.update(false);
+	s.update(true); // overflow resets the run of clean steps
+	CHECK(s.scale() == 65536.0f);
+	CHECK(clean_steps(s) == 0);
+	for (int i = 0; i < 1999; ++i)
+		s.update(false);
+	CHECK(s.scale() == 65536.0f);
+	s.update(true);
+	s.update(true);
+	CHECK(s.scale() == 16384.0f);
+	LossScaleOptions fast = parse_loss_scale("dynamic:growth");
+	fast.growth_interval = 3;
+	LossScaler f(fast);
+	// Scripted: two overflows, three clean (x2), two clean, overflow, three clean (x2).
+	const std::string script = "oo.....o...";
+	const float want[] = {32768, 16384, 16384, 16384, 32768, 32768, 32768, 16384, 16384, 16384, 32768};
+	for (size_t i = 0; i < script.size(); ++i) {
+		f.update(script[i] == 'o');
+		CHECK(f.scale() == want[i]);
+	}
+}
+
+TEST_CASE("static and none never change")
+{
+	LossScaler fixed(parse_loss_scale("static:1000"));
+	LossScaler none(parse_loss_scale("none"));
+	for (bool overflow : {true, false, true, false, false}) {
+		fixed.update(overflow);
+		none.update(overflow);
+		CHECK(fixed.scale() == 1000.0f);
+		CHECK(none.scale() == 1.0f);
+		CHECK(none.log2_scale() == 0.0);
+	}
+	CHECK(clean_steps(fixed) == 0);
+}
+
+TEST_CASE("the state round-trips: writing it into another scaler restores the scale and the counter")
+{
+	LossScaleOptions o = parse_loss_scale("dynamic:growth");
+	o.growth_interval = 4;
+	LossScaler a(o);
+	for (bool overflow : {true, false, false, false, false, false, false})
+		a.update(overflow);
+	CHECK(a.scale() == 65536.0f); // halved, then doubled after 4 clean steps, 2 clean since
+	const std::vector<NamedTensor> sa = a.state();
+	REQUIRE(sa.size() == 2);
+	CHECK(sa[0].name == "loss_scale/log2");
+	CHECK(sa[0].tensor.dtype() == DType::f32);
+	CHECK(sa[1].name == "loss_scale/clean_steps");
+	CHECK(sa[1].tensor.dtype() == DType::i64);
+	LossScaler b(o);
+	std::vector<NamedTensor> sb = b.state();
+	for (size_t i = 0; i < sa.size(); ++i)
+		sb[i].tensor.copy_from(sa[i].tensor);
+	CHECK(b.scale() == a.scale());
+	CHECK(clean_steps(b) == 2);
+	// Both go on identically: two more clean steps reach the interval.
+	for (LossScaler* s : {&a, &b}) {
+		s->update(false);
+		s->update(false);
+	}
+	CHECK(a.scale() == 131072.0f);
+	CHECK(b.scale() == 131072.0f);
+}
