@@ -54,6 +54,19 @@ void add_run_options(CLI::App& app, TrainConfig& c)
 		->check(CLI::NonNegativeNumber);
 }
 
+void add_precision_options(CLI::App& app, TrainConfig& c)
+{
+	app.add_option("--precision", c.precision, "Activations and gradients in fp32, fp16 or bf16 (master weights stay f32)");
+	app.add_option("--compress", c.compress, "All-reduce the gradients as none (f32), fp16 or bf16");
+	app.add_option("--loss-scale", c.loss_scale,
+		       "none, static:VALUE, dynamic (log2 policy), dynamic:log2 or dynamic:growth");
+	app.add_option("--loss-scale-init", c.loss_scale_init, "log2 policy: initial log2 of the scale");
+	app.add_option("--loss-scale-inc", c.loss_scale_inc, "log2 policy: log2 added per clean step");
+	app.add_option("--loss-scale-dec", c.loss_scale_dec, "log2 policy: log2 removed per overflow");
+	app.add_option("--accumulate", c.accumulate, "Micro-batches summed locally per update")->check(CLI::PositiveNumber);
+	app.add_option("--inject-nonfinite", c.inject_nonfinite, "STEP[:RANK]: put a NaN into RANK's gradient at STEP (tests, demos)");
+}
+
 } // namespace
 
 Command add_train_command(CLI::App& parent)
@@ -65,6 +78,7 @@ Command add_train_command(CLI::App& parent)
 	add_model_options(*app, *config);
 	add_optimizer_options(*app, *config);
 	add_run_options(*app, *config);
+	add_precision_options(*app, *config);
 	return {app, [config](World& world) { return run_training(world, *config); }};
 }
 

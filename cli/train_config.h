@@ -30,6 +30,12 @@ struct TrainConfig {
 	int64_t check_every = 100;
 	int64_t log_every = 50;
 	int eval_every = 1; // evaluate on the test set every this many epochs and at the end; 0: never
+	std::string precision = "fp32";
+	std::string compress = "none";
+	std::string loss_scale = "none";
+	double loss_scale_init = 64.0, loss_scale_inc = 0.0005, loss_scale_dec = 1.0; // log2 policy
+	int accumulate = 1;
+	std::string inject_nonfinite; // "STEP[:RANK]"
 };
 
 } // namespace tower::cli

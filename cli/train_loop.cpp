@@ -2,6 +2,8 @@
 #include "cli/train_loop.h"
 
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <sstream>
 
 #include "cli/evaluate.h"
@@ -11,6 +13,7 @@
 #include "runtime/agree.h"
 #include "runtime/device.h"
 #include "runtime/error.h"
+#include "runtime/memory.h"
 #include "runtime/metrics_log.h"
 #include "runtime/mpi_check.h"
 
@@ -53,7 +56,33 @@ GroupAssignment parse_groups(const std::string& text)
 	return groups;
 }
 
-ReplicatedOptions builder_options(const TrainConfig& c)
+// "STEP[:RANK]", STEP counted from 1 as the logs count it; RANK defaults to 0.
+void parse_injection(const std::string& text, int world_size, ReplicatedOptions* o)
+{
+	const auto colon = text.find(':');
+	long long step = 0, rank = 0;
+	size_t used = 0;
+	try {
+		step = std::stoll(text.substr(0, colon), &used);
+		if (used != (colon == std::string::npos ? text.size() : colon))
+			used = 0;
+		if (used && colon != std::string::npos) {
+			const std::string r = text.substr(colon + 1);
+			rank = std::stoll(r, &used);
+			if (used != r.size())
+				used = 0;
+		}
+	} catch (const std::exception&) {
+		used = 0;
+	}
+	if (!used || step < 1 || rank < 0 || rank >= world_size)
+		throw AgreedError(fmt::format("--inject-nonfinite '{}': write STEP[:RANK] with STEP >= 1 and RANK below "
+					      "the {} ranks of this job", text, world_size));
+	o->inject_nonfinite_step = step - 1;
+	o->inject_nonfinite_rank = static_cast<int>(rank);
+}
+
+ReplicatedOptions builder_options(const TrainConfig& c, int world_size)
 {
 	ReplicatedOptions o;
 	o.mode = parse_all_reduce_mode(c.allreduce);
@@ -63,6 +92,14 @@ ReplicatedOptions builder_options(const TrainConfig& c)
 	o.fusion_mb = c.fusion_mb;
 	o.overlap = c.overlap;
 	o.groups = parse_groups(c.groups);
+	o.compress = c.compress == "none" ? DType::f32 : parse_precision(c.compress);
+	LossScaleOptions tuning;
+	tuning.log2_init = c.loss_scale_init;
+	tuning.log2_inc = c.loss_scale_inc;
+	tuning.log2_dec = c.loss_scale_dec;
+	o.loss_scale = parse_loss_scale(c.loss_scale, tuning);
+	if (!c.inject_nonfinite.empty())
+		parse_injection(c.inject_nonfinite, world_size, &o);
 	return o;
 }
 
@@ -84,8 +121,8 @@ MetricsLog open_metrics(const World& world, const std::string& path)
 
 // Sums of one logging window on this rank.
 struct Window {
-	int64_t steps = 0;
-	double loss = 0, compute_s = 0, allreduce_s = 0, hidden_s = 0;
+	int64_t steps = 0, skipped = 0, finite_norms = 0;
+	double loss = 0, compute_s = 0, allreduce_s = 0, hidden_s = 0, grad_norm = 0;
 	Clock::time_point start = Clock::now();
 };
 
@@ -100,6 +137,7 @@ private:
 	void log_window();
 	void evaluate(int epoch);
 	void finish();
+	int64_t samples_per_step() const { return c_.batch * c_.accumulate * world_.size(); }
 
 	const TrainConfig& c_;
 	World& world_;
@@ -119,6 +157,8 @@ private:
 	float lr_ = 0;
 	Window window_;
 	double train_s_ = 0, compute_s_ = 0, allreduce_s_ = 0;
+	int64_t skipped_ = 0;
+	size_t peak_memory_ = 0;
 	EvalResult last_eval_;
 	bool evaluated_ = false;
 };
@@ -128,9 +168,26 @@ Dataset load_test_set(const World& world, const TrainConfig& c)
 	return c.eval_every > 0 ? load_fashion_mnist_agreed(world.comm(), c.data_dir, Split::test) : Dataset{};
 }
 
-int64_t planned_steps(const TrainConfig& c, int64_t steps_per_epoch)
+ModelConfig model_config(const TrainConfig& c)
 {
-	const int64_t all = steps_per_epoch * c.epochs;
+	ModelConfig m = c.model;
+	m.precision = parse_precision(c.precision);
+	return m;
+}
+
+// Optimizer steps in one epoch: each consumes `accumulate` of the sampler's micro-batches.
+int64_t updates_per_epoch(const TrainConfig& c, int64_t micro_steps_per_epoch)
+{
+	const int64_t n = micro_steps_per_epoch / c.accumulate;
+	if (n < 1)
+		throw AgreedError(fmt::format("--accumulate {} needs {} micro-batches per update but an epoch has only {}; "
+					      "lower --accumulate or --batch", c.accumulate, c.accumulate, micro_steps_per_epoch));
+	return n;
+}
+
+int64_t planned_steps(const TrainConfig& c, int64_t micro_steps_per_epoch)
+{
+	const int64_t all = updates_per_epoch(c, micro_steps_per_epoch) * c.epochs;
 	return c.max_steps > 0 ? std::min(all, c.max_steps) : all;
 }
 
@@ -147,8 +204,8 @@ TrainingRun::TrainingRun(World& world, const TrainConfig& c)
 	  device_(assign_device(topology_, probe_gpu_runtime(), parse_device_preference(c.device))),
 	  metrics_(open_metrics(world, c.metrics_path)),
 	  train_(load_fashion_mnist_agreed(world.comm(), c.data_dir, Split::train)), test_(load_test_set(world, c)),
-	  model_(make_model(c.model, device_)), optimizer_(make_optimizer(c.optimizer, model_->parameters())),
-	  builder_(topology_, device_, *model_, *optimizer_, builder_options(c)),
+	  model_(make_model(model_config(c), device_)), optimizer_(make_optimizer(c.optimizer, model_->parameters())),
+	  builder_(topology_, device_, *model_, *optimizer_, builder_options(c, world.size())),
 	  sampler_(train_.count, c.batch, world.rank(), world.size(), c.model.seed),
 	  assembler_(train_, c.batch, device_),
 	  schedule_(make_schedule(schedule_for(c, planned_steps(c, sampler_.steps_per_epoch())))),
@@ -157,22 +214,33 @@ TrainingRun::TrainingRun(World& world, const TrainConfig& c)
 {
 }
 
-void TrainingRun::train_step(int epoch, int64_t step_in_epoch)
+void TrainingRun::train_step(int epoch, int64_t update_in_epoch)
 {
-	const Batch& batch = assembler_.assemble(sampler_.shard(epoch, step_in_epoch));
 	lr_ = schedule_.lr(step_);
 	const auto start = Clock::now();
+	const int64_t first = update_in_epoch * c_.accumulate;
+	for (int64_t m = first; m + 1 < first + c_.accumulate; ++m) {
+		const Batch& micro = assembler_.assemble(sampler_.shard(epoch, m));
+		builder_.accumulate(micro.images, micro.labels);
+	}
+	const Batch& batch = assembler_.assemble(sampler_.shard(epoch, first + c_.accumulate - 1));
 	const StepStats s = builder_.step(batch.images, batch.labels, lr_);
 	const double took = seconds_since(start);
 	++step_;
 	train_s_ += took;
 	compute_s_ += s.compute_s;
 	allreduce_s_ += s.allreduce_s;
+	skipped_ += s.skipped ? 1 : 0;
 	window_.steps += 1;
+	window_.skipped += s.skipped ? 1 : 0;
 	window_.loss += s.forward.loss;
 	window_.compute_s += s.compute_s;
 	window_.allreduce_s += s.allreduce_s;
 	window_.hidden_s += s.allreduce_s * s.hidden_fraction;
+	if (std::isfinite(s.grad_norm)) {
+		window_.grad_norm += s.grad_norm;
+		window_.finite_norms += 1;
+	}
 	if (step_ % c_.log_every == 0 || step_ == total_steps_)
 		log_window();
 	if (c_.check_every > 0 && step_ % c_.check_every == 0)
@@ -186,8 +254,12 @@ void TrainingRun::log_window()
 	const double loss = sums[0] / sums[1];
 	const double elapsed = seconds_since(window_.start);
 	const double samples_per_s =
-		static_cast<double>(window_.steps * c_.batch * world_.size()) / std::max(elapsed, 1e-9);
+		static_cast<double>(window_.steps * samples_per_step()) / std::max(elapsed, 1e-9);
 	const double allreduce_ms = 1e3 * window_.allreduce_s / static_cast<double>(window_.steps);
+	const double grad_norm = window_.finite_norms ? window_.grad_norm / static_cast<double>(window_.finite_norms)
+						      : std::numeric_limits<double>::quiet_NaN();
+	const double overflow_frequency = static_cast<double>(window_.skipped) / static_cast<double>(window_.steps);
+	peak_memory_ = std::max(peak_memory_, peak_memory_bytes(device_));
 	ProgressState p;
 	p.epoch = epoch_ + 1;
 	p.epochs = c_.epochs;
@@ -196,7 +268,8 @@ void TrainingRun::log_window()
 	p.loss = static_cast<float>(loss);
 	p.samples_per_s = samples_per_s;
 	p.eta_s = train_s_ / static_cast<double>(step_) * static_cast<double>(total_steps_ - step_);
-	p.extra = fmt::format("lr {:.4g}  all-reduce {:.2f} ms/step", lr_, allreduce_ms);
+	p.extra = fmt::format("lr {:.4g}  |g| {:.3g}  scale 2^{:.2f}  skipped {}  all-reduce {:.2f} ms/step", lr_,
+			      grad_norm, builder_.loss_scaler().log2_scale(), skipped_, allreduce_ms);
 	progress_.update(p);
 	metrics_.write({{"event", "step"},
 			{"step", step_},
@@ -205,8 +278,14 @@ void TrainingRun::log_window()
 			{"lr", lr_},
 			{"samples_per_s", samples_per_s},
 			{"allreduce_ms", allreduce_ms},
+			{"allreduce_bytes", builder_.bytes_per_step()},
 			{"compute_ms", 1e3 * window_.compute_s / static_cast<double>(window_.steps)},
-			{"hidden_fraction", window_.allreduce_s > 0 ? window_.hidden_s / window_.allreduce_s : 0.0}});
+			{"hidden_fraction", window_.allreduce_s > 0 ? window_.hidden_s / window_.allreduce_s : 0.0},
+			{"grad_norm", std::isfinite(grad_norm) ? nlohmann::json(grad_norm) : nlohmann::json()},
+			{"loss_scale_log2", builder_.loss_scaler().log2_scale()},
+			{"overflow_frequency", overflow_frequency},
+			{"skipped_steps", skipped_},
+			{"peak_memory_bytes", peak_memory_}});
 	window_ = Window{};
 }
 
@@ -228,14 +307,21 @@ void TrainingRun::evaluate(int epoch)
 void TrainingRun::finish()
 {
 	const uint64_t hash = builder_.check_replicas();
-	const double samples_per_s = static_cast<double>(step_ * c_.batch * world_.size()) / std::max(train_s_, 1e-9);
+	const double samples_per_s = static_cast<double>(step_ * samples_per_step()) / std::max(train_s_, 1e-9);
+	peak_memory_ = std::max(peak_memory_, peak_memory_bytes(device_));
 	nlohmann::json summary = {
 		{"event", "summary"},
 		{"model", c_.model.name},
 		{"allreduce", c_.allreduce},
 		{"world_size", world_.size()},
 		{"steps", step_},
-		{"global_batch", c_.batch * world_.size()},
+		{"global_batch", samples_per_step()},
+		{"precision", c_.precision},
+		{"compress", c_.compress},
+		{"accumulate", c_.accumulate},
+		{"skipped_steps", skipped_},
+		{"loss_scale_log2", builder_.loss_scaler().log2_scale()},
+		{"peak_memory_bytes", peak_memory_},
 		{"samples_per_s", samples_per_s},
 		{"train_s", train_s_},
 		{"compute_s", compute_s_},
@@ -249,9 +335,9 @@ void TrainingRun::finish()
 	metrics_.write(summary);
 	metrics_.finish();
 	progress_.say(fmt::format(
-		"done: {} steps on {} rank(s), {:.0f} samples/s, test accuracy {}, compute {:.1f} s, all-reduce {:.1f} s "
-		"({:.2f} MB in {} bucket(s) per step), replicas identical (hash {:016x})",
-		step_, world_.size(), samples_per_s,
+		"done: {} steps ({} skipped) on {} rank(s), {:.0f} samples/s, test accuracy {}, compute {:.1f} s, "
+		"all-reduce {:.1f} s ({:.2f} MB in {} bucket(s) per step), replicas identical (hash {:016x})",
+		step_, skipped_, world_.size(), samples_per_s,
 		evaluated_ ? fmt::format("{:.2f}%", 100.0 * last_eval_.accuracy) : std::string("not measured"),
 		compute_s_, allreduce_s_, static_cast<double>(builder_.bytes_per_step()) / 1e6,
 		builder_.plan().buckets.size(), hash));
@@ -259,12 +345,14 @@ void TrainingRun::finish()
 
 int TrainingRun::run()
 {
-	progress_.say(fmt::format("tower train: {} on {} rank(s) ({}), global batch {}, {} steps, all-reduce {}",
-				  c_.model.name, world_.size(), device_.name(), c_.batch * world_.size(), total_steps_,
-				  c_.allreduce));
+	progress_.say(fmt::format("tower train: {} ({}) on {} rank(s) ({}), global batch {}{}, {} steps, all-reduce {}",
+				  c_.model.name, c_.precision, world_.size(), device_.name(), samples_per_step(),
+				  c_.accumulate > 1 ? fmt::format(" ({} micro-batches)", c_.accumulate) : std::string(),
+				  total_steps_, c_.allreduce));
 	for (epoch_ = 0; epoch_ < c_.epochs && step_ < total_steps_; ++epoch_) {
-		for (int64_t s = 0; s < sampler_.steps_per_epoch() && step_ < total_steps_; ++s)
-			train_step(epoch_, s);
+		const int64_t updates = updates_per_epoch(c_, sampler_.steps_per_epoch());
+		for (int64_t u = 0; u < updates && step_ < total_steps_; ++u)
+			train_step(epoch_, u);
 		const bool last = epoch_ + 1 == c_.epochs || step_ == total_steps_;
 		if (c_.eval_every > 0 && (last || (epoch_ + 1) % c_.eval_every == 0))
 			evaluate(epoch_);

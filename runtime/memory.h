@@ -19,6 +19,10 @@ void copy_bytes(void* dst, const Device& dst_device, const void* src, const Devi
 // Sets `bytes` at `pointer` to zero.
 void zero_bytes(void* pointer, const Device& device, size_t bytes);
 
+// The most memory this rank has held on `device`: the process's peak resident set on the CPU,
+// the device memory in use (total minus free, at this moment) on a GPU.
+size_t peak_memory_bytes(const Device& device);
+
 // Waits for all work queued on the device (a no-op on the CPU).
 void device_synchronize(const Device& device);
 

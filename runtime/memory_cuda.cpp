@@ -51,6 +51,15 @@ void zero_bytes(void* pointer, const Device& device, size_t bytes)
 		TOWER_CUDA(cudaMemset(pointer, 0, bytes));
 }
 
+size_t peak_memory_bytes(const Device& device)
+{
+	if (!device.is_cuda())
+		return host_peak_rss_bytes();
+	size_t free = 0, total = 0;
+	TOWER_CUDA(cudaMemGetInfo(&free, &total));
+	return total - free;
+}
+
 void device_synchronize(const Device& device)
 {
 	if (device.is_cuda())

@@ -1,6 +1,8 @@
 // Host-side memory operations shared by the CPU-only and CUDA builds.
 #include "runtime/memory_host.h"
 
+#include <sys/resource.h>
+
 #include <cstdlib>
 #include <cstring>
 
@@ -23,6 +25,13 @@ void* host_alloc(size_t bytes)
 void host_free(void* pointer) noexcept
 {
 	std::free(pointer);
+}
+
+size_t host_peak_rss_bytes()
+{
+	rusage usage{};
+	getrusage(RUSAGE_SELF, &usage);
+	return static_cast<size_t>(usage.ru_maxrss) * 1024; // Linux reports kilobytes
 }
 
 } // namespace tower

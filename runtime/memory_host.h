@@ -7,5 +7,7 @@ namespace tower {
 
 void* host_alloc(size_t bytes);
 void host_free(void* pointer) noexcept;
+// The process's peak resident set size.
+size_t host_peak_rss_bytes();
 
 } // namespace tower

@@ -45,6 +45,12 @@ void zero_bytes(void* pointer, const Device& device, size_t bytes)
 		std::memset(pointer, 0, bytes);
 }
 
+size_t peak_memory_bytes(const Device& device)
+{
+	require_cpu(device);
+	return host_peak_rss_bytes();
+}
+
 void device_synchronize(const Device& device)
 {
 	require_cpu(device);

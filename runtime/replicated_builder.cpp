@@ -2,11 +2,15 @@
 #include "runtime/replicated_builder.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 #include "collectives/broadcast_named.h"
 #include "collectives/pack.h"
 #include "collectives/signature_check.h"
+#include "models/ops.h"
 #include "runtime/error.h"
+#include "runtime/memory.h"
 #include "runtime/replica_check.h"
 
 namespace tower {
@@ -27,8 +31,11 @@ double seconds(std::chrono::steady_clock::duration d)
 ReplicatedBuilder::ReplicatedBuilder(const Topology& topology, const Device& device, Model& model,
 				     Optimizer& optimizer, const ReplicatedOptions& options)
 	: topology_(topology), device_(device), model_(model), optimizer_(optimizer), options_(options),
-	  parameters_(model.parameters())
+	  parameters_(model.parameters()), loss_scaler_(options.loss_scale)
 {
+	if (options_.compress != DType::f32 && options_.compress != DType::f16 && options_.compress != DType::bf16)
+		throw AgreedError(fmt::format("--compress {}: gradients travel as f32 (none), f16 or bf16",
+					      dtype_name(options_.compress)));
 	if (options_.fusion_mb < 0)
 		throw AgreedError(fmt::format("--fusion-mb {} is negative; use 0 to disable fusion or a size in MiB",
 					      options_.fusion_mb));
@@ -37,8 +44,13 @@ ReplicatedBuilder::ReplicatedBuilder(const Topology& topology, const Device& dev
 	check_gradient_list();
 	all_reduce_ = make_all_reduce(topology_, device_, options_.mode, options_.groups, options_.all_reduce);
 	bind_gradients_to_buckets();
-	auto variables_to_sync = variables();
+	// Device tensors and the loss scaler's host tensors travel in separate broadcasts.
+	auto variables_to_sync = parameter_tensors();
+	for (auto& s : optimizer_.state())
+		variables_to_sync.push_back(s);
 	broadcast_named(topology_, variables_to_sync, 0);
+	auto scaler_state = loss_scaler_.state();
+	broadcast_named(topology_, scaler_state, 0);
 	if (options_.overlap)
 		comm_thread_ = std::make_unique<CommThread>();
 }
@@ -65,6 +77,9 @@ void ReplicatedBuilder::bind_gradients_to_buckets()
 	for (size_t b = 0; b < plan_.buckets.size(); ++b) {
 		const Bucket& bucket = plan_.buckets[b];
 		bucket_storage_.push_back(make_bucket_storage(bucket, device_));
+		if (options_.compress != DType::f32)
+			compressed_storage_.push_back(
+				Tensor::zeros({static_cast<int64_t>(bucket.count())}, options_.compress, device_));
 		const auto views = bucket_views(bucket, bucket_storage_.back(), specs);
 		for (size_t m = 0; m < bucket.members.size(); ++m) {
 			Parameter& p = *parameters_[bucket.members[m].tensor];
@@ -91,6 +106,8 @@ std::vector<NamedTensor> ReplicatedBuilder::variables() const
 	auto out = parameter_tensors();
 	for (auto& s : optimizer_.state())
 		out.push_back(s);
+	for (auto& s : const_cast<LossScaler&>(loss_scaler_).state())
+		out.push_back(s);
 	return out;
 }
 
@@ -106,7 +123,16 @@ void ReplicatedBuilder::reduce_bucket(size_t b)
 {
 	const Bucket& bucket = plan_.buckets[b];
 	const auto start = Clock::now();
-	all_reduce_->run_in_place(bucket_storage_[b].data(), bucket.count(), bucket.dtype, options_.reduce);
+	if (compressed_storage_.empty()) {
+		all_reduce_->run_in_place(bucket_storage_[b].data(), bucket.count(), bucket.dtype, options_.reduce);
+	} else {
+		// The transport alone is in the lower type: narrow, reduce, widen back.
+		const Ops& ops = ops_for(device_);
+		const Tensor& low = compressed_storage_[b];
+		ops.cast(bucket_storage_[b], low, false);
+		all_reduce_->run_in_place(low.data(), bucket.count(), low.dtype(), options_.reduce);
+		ops.cast(low, bucket_storage_[b], false);
+	}
 	reduce_intervals_[b] = {start, Clock::now()};
 }
 
@@ -115,26 +141,79 @@ void ReplicatedBuilder::on_gradient_ready(const Parameter& parameter)
 	const auto found = parameter_index_.find(&parameter);
 	TOWER_CHECK(found != parameter_index_.end(), "gradient of '{}' reported ready but it is not a registered "
 		    "parameter", parameter.name);
+	poison_if_injecting(parameter);
+	last_gradient_ready_ = Clock::now();
 	const size_t b = bucket_of_parameter_[found->second];
 	if (--pending_in_bucket_[b] == 0)
 		comm_thread_->submit([this, b] { reduce_bucket(b); });
 }
 
+void ReplicatedBuilder::poison_if_injecting(const Parameter& parameter)
+{
+	if (poisoned_ || steps_ != options_.inject_nonfinite_step || topology_.rank() != options_.inject_nonfinite_rank)
+		return;
+	const float nan = std::numeric_limits<float>::quiet_NaN();
+	copy_bytes(parameter.grad.data(), parameter.grad.device(), &nan, Device{}, sizeof nan);
+	poisoned_ = true;
+}
+
+ForwardResult ReplicatedBuilder::accumulate(const Tensor& images, const Tensor& labels)
+{
+	const ForwardResult result = model_.forward(images, labels);
+	BackwardOptions options;
+	options.accumulate = micro_batches_ > 0;
+	options.loss_scale = loss_scaler_.scale();
+	model_.backward({}, options);
+	++micro_batches_;
+	return result;
+}
+
+void ReplicatedBuilder::backward(bool communicate, StepStats* stats)
+{
+	BackwardOptions options;
+	options.accumulate = micro_batches_ > 0;
+	options.loss_scale = loss_scaler_.scale();
+	const auto start = Clock::now();
+	if (communicate)
+		model_.backward([this](const Parameter& p) { on_gradient_ready(p); }, options);
+	else
+		model_.backward({}, options);
+	stats->compute_s += seconds(Clock::now() - start);
+	++micro_batches_;
+}
+
+bool ReplicatedBuilder::finish_gradients(float factor, double* grad_norm)
+{
+	bool finite = true;
+	double squares = 0;
+	for (const Tensor& storage : bucket_storage_) {
+		if (factor != 1.0f)
+			scale(storage, factor);
+		// Every rank holds the same reduced values, so every rank reaches the same verdict.
+		finite = all_finite(storage) && finite;
+		squares += sum_of_squares(storage);
+	}
+	*grad_norm = std::sqrt(squares);
+	return finite;
+}
+
 StepStats ReplicatedBuilder::step(const Tensor& images, const Tensor& labels, float lr)
 {
 	StepStats stats;
+	stats.loss_scale_log2 = loss_scaler_.log2_scale();
+	poisoned_ = false;
 	for (size_t b = 0; b < plan_.buckets.size(); ++b)
 		pending_in_bucket_[b] = plan_.buckets[b].members.size();
 
 	const auto start = Clock::now();
 	stats.forward = model_.forward(images, labels);
+	stats.compute_s = seconds(Clock::now() - start);
 	const auto backward_start = Clock::now();
-	if (comm_thread_)
-		model_.backward([this](const Parameter& p) { on_gradient_ready(p); }, BackwardOptions{});
-	else
-		model_.backward({}, BackwardOptions{});
-	const auto backward_end = Clock::now();
-	stats.compute_s = seconds(backward_end - start);
+	backward(comm_thread_ != nullptr, &stats);
+	// Communication before the last gradient was ready ran beside backward's compute; measuring
+	// up to backward's return instead would count time the scheduler merely interleaved.
+	const auto backward_end = comm_thread_ ? last_gradient_ready_ : Clock::now();
+	stats.micro_batches = micro_batches_;
 
 	if (comm_thread_) {
 		comm_thread_->wait_all();
@@ -142,6 +221,8 @@ StepStats ReplicatedBuilder::step(const Tensor& images, const Tensor& labels, fl
 			TOWER_CHECK(pending_in_bucket_[b] == 0, "bucket {} still waits for {} gradient(s) after backward: "
 				    "the model did not report every gradient ready", b, pending_in_bucket_[b]);
 	} else {
+		if (!parameters_.empty())
+			poison_if_injecting(*parameters_.back());
 		for (size_t b = 0; b < plan_.buckets.size(); ++b)
 			reduce_bucket(b);
 	}
@@ -154,9 +235,16 @@ StepStats ReplicatedBuilder::step(const Tensor& images, const Tensor& labels, fl
 			hidden += seconds(overlap_end - std::max(i.start, backward_start));
 	}
 	stats.hidden_fraction = stats.allreduce_s > 0 ? hidden / stats.allreduce_s : 0;
-	stats.allreduce_bytes = bytes_per_step();
+	stats.allreduce_bytes = bytes_per_step() / (compressed_storage_.empty() ? 1 : 2);
 
-	optimizer_.step(parameters_, lr);
+	// The sum over micro-batches becomes their mean, and the loss scale comes off.
+	const float factor = 1.0f / (static_cast<float>(micro_batches_) * loss_scaler_.scale());
+	stats.skipped = !finish_gradients(factor, &stats.grad_norm);
+	if (!stats.skipped)
+		optimizer_.step(parameters_, lr);
+	loss_scaler_.update(stats.skipped);
+	micro_batches_ = 0;
+	++steps_;
 	return stats;
 }
 

@@ -10,6 +10,7 @@
 #include "collectives/bucket_plan.h"
 #include "models/model.h"
 #include "models/named_tensor.h"
+#include "optim/loss_scale.h"
 #include "optim/optimizer.h"
 #include "runtime/comm_thread.h"
 #include "runtime/topology.h"
@@ -23,6 +24,11 @@ struct ReplicatedOptions {
 	bool overlap = true;              // all-reduce a bucket as soon as its gradients are ready
 	GroupAssignment groups;           // empty: all ranks reduce together
 	AllReduceOptions all_reduce;
+	DType compress = DType::f32;      // f16 or bf16: all-reduce the gradients in that type
+	LossScaleOptions loss_scale;      // none by default
+	// Fault injection for tests and demos: a NaN in one rank's gradient at this step (0-based).
+	int64_t inject_nonfinite_step = -1;
+	int inject_nonfinite_rank = 0;
 };
 
 struct StepStats {
@@ -31,9 +37,15 @@ struct StepStats {
 	double allreduce_s = 0;       // time inside all-reduce calls
 	double hidden_fraction = 0;   // the share of all-reduce time that ran during backward
 	size_t allreduce_bytes = 0;   // bytes all-reduced this step
+	bool skipped = false;         // a gradient was inf or NaN: no update (on every rank alike)
+	double grad_norm = 0;         // of the reduced, unscaled gradients (inf or NaN when skipped)
+	double loss_scale_log2 = 0;   // the scale the step's loss gradient was multiplied by
+	int micro_batches = 1;        // forward/backward passes that this update sums
 };
 
 class ReplicatedBuilder {
+	using Clock = std::chrono::steady_clock;
+
 public:
 	// Collective over the topology's world. Checks that every rank's gradient list matches rank
 	// 0's (tower::AgreedError on every rank naming what differs), plans the fused buckets and
@@ -42,14 +54,22 @@ public:
 	ReplicatedBuilder(const Topology& topology, const Device& device, Model& model, Optimizer& optimizer,
 			  const ReplicatedOptions& options);
 
-	// One training step on this rank's batch: forward and backward, the fused all-reduce of
-	// the gradients (overlapped with backward when asked), then the optimizer step with `lr`.
+	// Gradient accumulation: forward and backward of one micro-batch, summing the gradients
+	// locally with no communication. The next step() adds its own micro-batch and divides the
+	// sum by the number of micro-batches.
+	ForwardResult accumulate(const Tensor& images, const Tensor& labels);
+
+	// One training step on this rank's (last) micro-batch: forward and backward, the fused
+	// all-reduce of the gradients (overlapped with backward when asked), un-scaling by the loss
+	// scale and the micro-batch count, the non-finite check, then the optimizer step with `lr`,
+	// skipped on every rank when any reduced gradient is inf or NaN.
 	StepStats step(const Tensor& images, const Tensor& labels, float lr);
 
 	// Forward only, for evaluation; gradients and parameters are untouched.
 	ForwardResult evaluate(const Tensor& images, const Tensor& labels);
 
-	// The parameters, then the optimizer state: what the post-init broadcast sends.
+	// The parameters, then the optimizer state, then the loss-scale state: what the post-init
+	// broadcast sends.
 	std::vector<NamedTensor> variables() const;
 	std::vector<NamedTensor> parameter_tensors() const;
 
@@ -60,14 +80,19 @@ public:
 	const BucketPlan& plan() const { return plan_; }
 	size_t bytes_per_step() const;
 	int group_size() const { return all_reduce_->group_size(); }
+	const LossScaler& loss_scaler() const { return loss_scaler_; }
+	int64_t steps_taken() const { return steps_; }
 
 private:
 	void check_gradient_list() const;
 	void bind_gradients_to_buckets();
 	void on_gradient_ready(const Parameter& parameter);
 	void reduce_bucket(size_t bucket);
+	void backward(bool communicate, StepStats* stats);
+	void poison_if_injecting(const Parameter& parameter);
+	// Un-scales the reduced buckets and measures them; false when any value is inf or NaN.
+	bool finish_gradients(float factor, double* grad_norm);
 
-	using Clock = std::chrono::steady_clock;
 	struct Interval {
 		Clock::time_point start, end;
 	};
@@ -81,6 +106,12 @@ private:
 	std::unordered_map<const Parameter*, size_t> parameter_index_;
 	BucketPlan plan_;
 	std::vector<Tensor> bucket_storage_;
+	std::vector<Tensor> compressed_storage_; // per bucket, in options_.compress, when compressing
+	LossScaler loss_scaler_;
+	int micro_batches_ = 0; // accumulated since the last step
+	int64_t steps_ = 0;
+	bool poisoned_ = false;
+	Clock::time_point last_gradient_ready_;
 	std::vector<size_t> bucket_of_parameter_;
 	std::vector<size_t> pending_in_bucket_;
 	std::unique_ptr<AllReduce> all_reduce_;
