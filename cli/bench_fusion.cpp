@@ -66,7 +66,7 @@ int run_bench_fusion(World& world, const BenchOptions& o)
 	std::vector<std::vector<Tensor>> views;
 	size_t total = 0;
 	for (const Bucket& b : plan.buckets) {
-		storage.push_back(make_bucket_storage(b, device));
+		storage.push_back(make_bucket_storage(b, device, *all_reduce));
 		views.push_back(bucket_views(b, storage.back(), specs));
 		total += b.bytes;
 	}
