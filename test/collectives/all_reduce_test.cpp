@@ -279,3 +279,30 @@ TEST_CASE("bucket storage from the all-reduce is zeroed, in its window, and redu
 		wrong += data[i] != static_cast<float>(test::reference(all_ranks(), i, ReduceOp::sum, DType::f32));
 	CHECK(wrong == 0);
 }
+
+TEST_CASE("large registered buffers take the direct path in many blocks, in and out of place")
+{
+	const Topology topology(world().comm(), std::nullopt);
+	auto all_reduce = make_all_reduce(topology, Device{}, AllReduceMode::hierarchical);
+	const size_t count = (size_t{3} << 20) / 4 + 5; // many default-sized blocks and a partial one
+	float* send = static_cast<float*>(all_reduce->allocate(count * 4));
+	float* recv = static_cast<float*>(all_reduce->allocate(count * 4));
+	for (bool in_place : {true, false}) {
+		for (ReduceOp op : {ReduceOp::sum, ReduceOp::mean}) {
+			CAPTURE(in_place);
+			CAPTURE(reduce_op_name(op));
+			for (size_t i = 0; i < count; ++i)
+				send[i] = static_cast<float>(test::value_of(world().rank(), i));
+			float* out = in_place ? send : recv;
+			all_reduce->run(send, out, count, DType::f32, op);
+			size_t wrong = 0;
+			for (size_t i = 0; i < count; ++i) {
+				const double want = test::reference(all_ranks(), i, op, DType::f32);
+				wrong += std::abs(out[i] - want) > test::tolerance(DType::f32, op) * std::max(1.0, std::abs(want));
+			}
+			CHECK(wrong == 0);
+		}
+	}
+	all_reduce->deallocate(recv);
+	all_reduce->deallocate(send);
+}
