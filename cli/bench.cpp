@@ -46,13 +46,24 @@ Collective describe(const std::string& name, int n)
 				      name));
 }
 
-// A device buffer with its host shadow for filling and checking.
+// A buffer on the device, or from the all-reduce's allocate() when that memory is shared: the
+// registered buffers its direct path needs (allocated and freed collectively).
 struct Buffer {
 	Device device;
+	AllReduce* owner = nullptr;
 	void* data = nullptr;
 	size_t bytes = 0;
-	Buffer(const Device& d, size_t b) : device(d), data(device_alloc(d, b)), bytes(b) {}
-	~Buffer() { device_free(device, data); }
+	Buffer(const Device& d, size_t b, AllReduce* registered = nullptr)
+	    : device(d), owner(registered), data(owner ? owner->allocate(b) : device_alloc(d, b)), bytes(b)
+	{
+	}
+	~Buffer()
+	{
+		if (owner)
+			owner->deallocate(data);
+		else
+			device_free(device, data);
+	}
 	Buffer(const Buffer&) = delete;
 	Buffer& operator=(const Buffer&) = delete;
 };
@@ -98,13 +109,14 @@ size_t check(const Buffer& buffer, const Case& c)
 
 // Times `c` out of place and in place; in place re-fills before the one checked run.
 std::vector<Row> measure(const BenchOptions& o, MPI_Comm comm, int rank, const Device& device, const Collective& coll,
-			 size_t count, DType dtype, const Case& c)
+			 size_t count, DType dtype, const Case& c, AllReduce* registered)
 {
 	const size_t esize = dtype_size(dtype);
 	const size_t send_count = count / coll.send_divisor, recv_count = count / coll.recv_divisor;
 	std::vector<Row> rows;
 	for (bool in_place : {false, true}) {
-		Buffer send(device, std::max(send_count, recv_count) * esize), recv(device, recv_count * esize);
+		Buffer send(device, std::max(send_count, recv_count) * esize, registered);
+		Buffer recv(device, recv_count * esize, registered);
 		// In place: nccl-tests' layout, the send block inside the receive buffer (all-gather).
 		Buffer& out = in_place ? send : recv;
 		auto once = [&] { c.run(send.data, out.data); };
@@ -137,9 +149,10 @@ std::vector<std::string> modes_of(const std::string& mode)
 	return {mode};
 }
 
-void print_header(const std::string& collective, const std::string& mode, int ranks)
+void print_header(const std::string& collective, const std::string& mode, int ranks, bool registered)
 {
-	fmt::print("# {} mode {} on {} ranks\n", collective, mode, ranks);
+	fmt::print("# {} mode {} on {} ranks, {}\n", collective, mode, ranks,
+		   registered ? "registered shared buffers (AllReduce::allocate)" : "ordinary buffers");
 	fmt::print("#{:>11} {:>12} {:>6} {:>6}   {:>10} {:>8} {:>8} {:>6}   {:>10} {:>8} {:>8} {:>6}\n", "size",
 		   "count", "type", "redop", "oop us", "algbw", "busbw", "#wrong", "ip us", "algbw", "busbw", "#wrong");
 }
@@ -242,14 +255,18 @@ int run_bench(World& world, const BenchOptions& o)
 		std::unique_ptr<AllReduce> all_reduce;
 		if (o.collective == "allreduce")
 			all_reduce = make_all_reduce(topology, device, parse_all_reduce_mode(mode));
+		// Modes whose allocate() gives shared memory get their buffers from it; the others (naive:
+		// plain MPI_Allreduce) run on ordinary memory.
+		AllReduce* registered = all_reduce && all_reduce->shares_buffers() && !device.is_cuda() ? all_reduce.get()
+													  : nullptr;
 		if (world.rank() == 0)
-			print_header(o.collective, mode, world.size());
+			print_header(o.collective, mode, world.size(), registered != nullptr);
 		for (size_t bytes = lo; bytes <= hi; bytes *= static_cast<size_t>(o.factor)) {
 			// Whole elements, and whole blocks for the collectives that split the buffer.
 			const size_t unit = dtype_size(dtype) * std::max(coll.send_divisor, coll.recv_divisor);
 			const size_t count = std::max(bytes / unit, size_t{1}) * unit / dtype_size(dtype);
 			const Case c = make_case(coll, all_reduce.get(), *comm, count, dtype, op);
-			const auto rows = measure(o, world.comm(), world.rank(), device, coll, count, dtype, c);
+			const auto rows = measure(o, world.comm(), world.rank(), device, coll, count, dtype, c, registered);
 			if (world.rank() == 0)
 				print_rows(rows, o.dtype, o.op);
 			for (const Row& r : rows) {

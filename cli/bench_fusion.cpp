@@ -1,4 +1,5 @@
 // tower bench fusion: a model-like list of 200 gradients all-reduced one by one, then in fused buckets.
+#include <algorithm>
 #include <cstdio>
 #include <functional>
 
@@ -66,7 +67,7 @@ int run_bench_fusion(World& world, const BenchOptions& o)
 	std::vector<std::vector<Tensor>> views;
 	size_t total = 0;
 	for (const Bucket& b : plan.buckets) {
-		storage.push_back(make_bucket_storage(b, device));
+		storage.push_back(make_bucket_storage(b, device, *all_reduce));
 		views.push_back(bucket_views(b, storage.back(), specs));
 		total += b.bytes;
 	}
@@ -102,8 +103,17 @@ int run_bench_fusion(World& world, const BenchOptions& o)
 	}
 	TOWER_MPI(MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_UINT64_T, MPI_SUM, world.comm()));
 	if (world.rank() == 0) {
-		fmt::print("# fusion: {} tensors, {:.1f} MiB of f32 gradients, mode {}, {} ranks\n", specs.size(),
-			   static_cast<double>(total) / (1 << 20), all_reduce_mode_name(mode), world.size());
+		size_t smallest = specs.front().bytes(), largest = 0, raw = 0;
+		for (const TensorSpec& t : specs) {
+			smallest = std::min(smallest, t.bytes());
+			largest = std::max(largest, t.bytes());
+			raw += t.bytes();
+		}
+		fmt::print("# fusion: {} tensors, {} bytes ({:.1f} MiB) of f32 gradients, smallest {} B, largest {} B; "
+			   "mode {}, {} ranks\n", specs.size(), raw, static_cast<double>(raw) / (1 << 20), smallest, largest,
+			   all_reduce_mode_name(mode), world.size());
+		fmt::print("# view mode: gradients live in bucket storage from AllReduce::allocate ({:.1f} MiB padded), so "
+			   "neither run packs or unpacks\n", static_cast<double>(total) / (1 << 20));
 		fmt::print("  per tensor   {:>10.1f} us  ({} all-reduces)\n", per_us, specs.size());
 		fmt::print("  fused        {:>10.1f} us  ({} bucket(s) of at most {} MiB)\n", fused_us, plan.buckets.size(),
 			   o.fusion_mb);

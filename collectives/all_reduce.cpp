@@ -1,6 +1,8 @@
 // All-reduce algorithms behind one interface, chosen by mode name: ring, hierarchical, naive.
 #include "collectives/all_reduce.h"
 
+#include <algorithm>
+
 #include "collectives/all_reduce_comm.h"
 #include "collectives/all_reduce_hierarchical.h"
 #include "collectives/all_reduce_naive.h"
@@ -8,6 +10,7 @@
 #include "collectives/communicator.h"
 #include "runtime/agree.h"
 #include "runtime/error.h"
+#include "runtime/memory_host.h"
 
 namespace tower {
 
@@ -30,6 +33,27 @@ AllReduceMode parse_all_reduce_mode(std::string_view text)
 	if (text == "naive")
 		return AllReduceMode::naive;
 	throw AgreedError(fmt::format("unknown all-reduce mode '{}': use ring, hierarchical or naive", text));
+}
+
+AllReduce::~AllReduce()
+{
+	for (void* p : host_buffers_)
+		host_free(p);
+}
+
+void* AllReduce::allocate(size_t bytes)
+{
+	void* p = host_alloc(std::max<size_t>(bytes, 1));
+	host_buffers_.push_back(p);
+	return p;
+}
+
+void AllReduce::deallocate(void* pointer)
+{
+	const auto found = std::find(host_buffers_.begin(), host_buffers_.end(), pointer);
+	TOWER_CHECK(found != host_buffers_.end(), "deallocate({}) of memory this all-reduce did not allocate", pointer);
+	host_free(pointer);
+	host_buffers_.erase(found);
 }
 
 namespace {

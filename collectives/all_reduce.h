@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <memory>
 #include <string_view>
+#include <vector>
 
 #include "collectives/groups.h"
 #include "collectives/reduce_op.h"
@@ -30,7 +31,10 @@ struct AllReduceOptions {
 // communicates, so one thread may call run() while others use MPI_COMM_WORLD.
 class AllReduce {
 public:
-	virtual ~AllReduce() = default;
+	AllReduce() = default;
+	virtual ~AllReduce();
+	AllReduce(const AllReduce&) = delete;
+	AllReduce& operator=(const AllReduce&) = delete;
 
 	virtual AllReduceMode mode() const = 0;
 	// The ranks reducing together; mean divides by this.
@@ -40,6 +44,18 @@ public:
 	// of `dtype` on the device the algorithm was made for. send == recv reduces in place.
 	virtual void run(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) = 0;
 	void run_in_place(void* data, size_t count, DType dtype, ReduceOp op) { run(data, data, count, dtype, op); }
+
+	// Host memory for run()'s buffers, valid until deallocate() or until this object is
+	// destroyed. Collective over the group: every rank allocates and frees in the same order.
+	// Where shares_buffers() is true the memory lies in the node's shared-memory window, and a
+	// run() whose buffers all come from here (any offsets, on every rank) reads and writes the
+	// peers' buffers directly instead of staging copies; elsewhere it is ordinary host memory.
+	virtual void* allocate(size_t bytes);
+	virtual void deallocate(void* pointer);
+	virtual bool shares_buffers() const { return false; }
+
+private:
+	std::vector<void*> host_buffers_; // what the default allocate() handed out
 };
 
 // Collective over the topology's world. `groups` (empty: all ranks in one group) is validated

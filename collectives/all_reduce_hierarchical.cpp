@@ -19,6 +19,25 @@ HierarchicalAllReduce::HierarchicalAllReduce(MPI_Comm node, MPI_Comm cross, cons
 
 void HierarchicalAllReduce::run(const void* send, void* recv, size_t count, DType dtype, ReduceOp op)
 {
+	last_direct_ = false;
+	if (count == 0)
+		return;
+	if (shm_.size() > 1) {
+		// Every rank says where its buffers are; after the barrier all ranks read the same
+		// mailboxes, so they all choose the same path.
+		publish(send, recv, count * dtype_size(dtype));
+		shm_.barrier();
+		if (const auto peers = registered_peers()) {
+			last_direct_ = true;
+			run_direct(*peers, count, dtype, op);
+			return;
+		}
+	}
+	run_staged(send, recv, count, dtype, op);
+}
+
+void HierarchicalAllReduce::run_staged(const void* send, void* recv, size_t count, DType dtype, ReduceOp op)
+{
 	const size_t esize = dtype_size(dtype);
 	const size_t round = std::max<size_t>(round_bytes_ / esize, 1);
 	// The halves alternate across calls too: a peer may still be copying out of the previous

@@ -3,10 +3,13 @@
 #pragma once
 
 #include <memory>
+#include <optional>
+#include <vector>
 
 #include "collectives/all_reduce.h"
 #include "collectives/all_reduce_ring.h"
 #include "collectives/shm_node.h"
+#include "collectives/shm_window.h"
 
 namespace tower {
 
@@ -16,6 +19,10 @@ namespace tower {
 // ranks of the same local rank on the other nodes, publishes the result, and finally copies the
 // peers' finished shards. Two alternating halves of each slot let round k+1 be staged while a
 // slow peer still reads round k. One node, or one rank per node, are the degenerate cases.
+//
+// Buffers from allocate() skip the staging: when every rank of the node passes such buffers,
+// each reduces its shard straight out of the peers' send buffers and writes the result into
+// every peer's receive buffer (see all_reduce_direct.cpp).
 class HierarchicalAllReduce final : public AllReduce {
 public:
 	// Collective over the group: `node` holds the group's ranks on this node (they must share
@@ -26,13 +33,31 @@ public:
 	int group_size() const override { return shm_.size() * cross_.group_size(); }
 	void run(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override;
 
+	void* allocate(size_t bytes) override;
+	void deallocate(void* pointer) override;
+	bool shares_buffers() const override { return true; }
+	// Whether the last run() took the direct path (for tests).
+	bool last_run_was_direct() const { return last_direct_; }
+
 private:
+	// Every node rank's send and receive buffer of one run(), indexed by node rank.
+	struct PeerBuffers {
+		std::vector<const char*> send;
+		std::vector<char*> recv;
+	};
+
+	void run_staged(const void* send, void* recv, size_t count, DType dtype, ReduceOp op);
 	void run_round(const char* in, char* out, size_t count, DType dtype, ReduceOp op, size_t slot_offset);
+	void publish(const void* send, const void* recv, size_t bytes);
+	std::optional<PeerBuffers> registered_peers() const;
+	void run_direct(const PeerBuffers& peers, size_t count, DType dtype, ReduceOp op);
 
 	ShmNode shm_;
 	RingAllReduce cross_;
 	size_t round_bytes_;
 	uint64_t rounds_ = 0; // rounds run so far; its parity picks the slot half
+	std::vector<std::unique_ptr<SharedWindow>> windows_; // from allocate(), same order on every rank
+	bool last_direct_ = false;
 };
 
 } // namespace tower

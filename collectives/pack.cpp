@@ -3,7 +3,9 @@
 
 #include <cstring>
 
+#include "collectives/all_reduce.h"
 #include "runtime/error.h"
+#include "runtime/memory.h"
 
 namespace tower {
 
@@ -46,6 +48,15 @@ void copy_batch(const std::vector<CopyTask>& tasks, const Device& device)
 Tensor make_bucket_storage(const Bucket& bucket, const Device& device)
 {
 	return Tensor::zeros({static_cast<int64_t>(bucket.count())}, bucket.dtype, device);
+}
+
+Tensor make_bucket_storage(const Bucket& bucket, const Device& device, AllReduce& all_reduce)
+{
+	if (device.is_cuda())
+		return make_bucket_storage(bucket, device);
+	void* data = all_reduce.allocate(bucket.bytes);
+	zero_bytes(data, device, bucket.bytes);
+	return Tensor::view(data, {static_cast<int64_t>(bucket.count())}, bucket.dtype, device);
 }
 
 std::vector<Tensor> bucket_views(const Bucket& bucket, const Tensor& storage, const std::vector<TensorSpec>& specs)

@@ -9,6 +9,8 @@
 
 namespace tower {
 
+class AllReduce;
+
 struct CopyTask {
 	void* dst = nullptr;
 	const void* src = nullptr;
@@ -24,6 +26,10 @@ void copy_batch_device(const std::vector<CopyTask>& tasks, const Device& device)
 
 // A zero-filled 1-D tensor of bucket.count() elements on `device`: the bucket's storage.
 Tensor make_bucket_storage(const Bucket& bucket, const Device& device);
+// The same, but on the CPU from all_reduce.allocate(), so run() on it can take the direct
+// shared-memory path; collective over the all-reduce's group. The tensor borrows memory that
+// `all_reduce` owns and must not outlive it. On a GPU this is the overload above.
+Tensor make_bucket_storage(const Bucket& bucket, const Device& device, AllReduce& all_reduce);
 
 // View mode: one tensor per member (same order as bucket.members) that borrows its place inside
 // `storage`, shaped as in `specs`. Gradients bound to these need no packing at all.

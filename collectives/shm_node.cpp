@@ -12,7 +12,7 @@ namespace tower {
 namespace {
 
 // The counter sits alone on its cache line, ahead of the slot, so spinning on it does not
-// disturb the data.
+// disturb the data; the mailbox takes the next line.
 constexpr size_t header_bytes = 128;
 
 MPI_Comm dup(MPI_Comm comm)

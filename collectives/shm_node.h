@@ -27,12 +27,20 @@ public:
 	int size() const { return size_; }
 	size_t slot_bytes() const { return slot_bytes_; }
 	char* slot(int rank) const { return slots_[static_cast<size_t>(rank)]; }
+	// A few words per rank beside the barrier counter, for what the ranks tell each other
+	// before a barrier (written by the owner, read by all after the barrier).
+	static constexpr size_t mailbox_words = 4;
+	uint64_t* mailbox(int rank) const { return counters_[static_cast<size_t>(rank)] + mailbox_offset_words; }
+	// The private communicator, for further collective allocations among the same ranks.
+	MPI_Comm comm() const { return comm_.get(); }
 
 	// Returns when every rank has called it as often as this one: all writes made before it on
 	// any rank are visible after it on every rank.
 	void barrier();
 
 private:
+	static constexpr size_t mailbox_offset_words = 8; // the second cache line of the header
+
 	CommHandle comm_;
 	MPI_Win window_ = MPI_WIN_NULL;
 	int rank_ = 0, size_ = 1;

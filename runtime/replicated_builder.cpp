@@ -76,10 +76,15 @@ void ReplicatedBuilder::bind_gradients_to_buckets()
 	reduce_intervals_.assign(plan_.buckets.size(), {});
 	for (size_t b = 0; b < plan_.buckets.size(); ++b) {
 		const Bucket& bucket = plan_.buckets[b];
-		bucket_storage_.push_back(make_bucket_storage(bucket, device_));
-		if (options_.compress != DType::f32)
-			compressed_storage_.push_back(
-				Tensor::zeros({static_cast<int64_t>(bucket.count())}, options_.compress, device_));
+		// On the CPU the storage lies in the all-reduce's shared window: no staging copies.
+		bucket_storage_.push_back(make_bucket_storage(bucket, device_, *all_reduce_));
+		if (options_.compress != DType::f32) {
+			// Compressed, the lower-type copy is what travels, so it takes the shared window.
+			Bucket low = bucket;
+			low.dtype = options_.compress;
+			low.bytes = bucket.count() * dtype_size(options_.compress);
+			compressed_storage_.push_back(make_bucket_storage(low, device_, *all_reduce_));
+		}
 		const auto views = bucket_views(bucket, bucket_storage_.back(), specs);
 		for (size_t m = 0; m < bucket.members.size(); ++m) {
 			Parameter& p = *parameters_[bucket.members[m].tensor];

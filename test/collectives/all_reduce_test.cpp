@@ -1,10 +1,15 @@
 // All-reduce modes against a float64 reference: every mode, dtype and op, awkward sizes, in and
-// out of place, simulated topologies and replica subgroups.
+// out of place, simulated topologies, replica subgroups, and buffers registered in shared memory.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <iterator>
 #include <numeric>
 
 #include "collectives/all_reduce.h"
+#include "collectives/all_reduce_hierarchical.h"
+#include "collectives/bucket_plan.h"
+#include "collectives/pack.h"
 #include "runtime/error.h"
 #include "test/collectives/check_data.h"
 #include "test/harness/mpi_main.h"
@@ -56,6 +61,61 @@ size_t wrong_elements(AllReduce& all_reduce, const std::vector<int>& group, int 
 				}
 	return wrong;
 }
+
+// Where run()'s buffers come from in the registered-buffer tests.
+enum class Placement {
+	registered,       // both from allocate(), at an offset that differs by rank
+	one_rank_private, // rank 0's send buffer is ordinary memory: everyone must fall back
+};
+
+// Like wrong_elements, with buffers from all_reduce.allocate(). Returns the wrong elements and
+// counts the runs that took the direct path.
+size_t wrong_elements_registered(AllReduce& all_reduce, const std::vector<int>& group, int group_rank,
+				 Placement placement, size_t& direct_runs)
+{
+	constexpr size_t capacity = 1000 * 8 + 512;
+	char* send_region = static_cast<char*>(all_reduce.allocate(capacity));
+	char* recv_region = static_cast<char*>(all_reduce.allocate(capacity));
+	// Offsets differ between ranks, as they do for gradients at different places in a bucket.
+	const size_t offset = 64 * static_cast<size_t>(group_rank % 3);
+	std::vector<char> private_send(capacity);
+	const bool private_here = placement == Placement::one_rank_private && group_rank == 0;
+	size_t wrong = 0;
+	for (DType dtype : all_dtypes)
+		for (ReduceOp op : all_ops)
+			for (size_t count : sizes)
+				for (bool in_place : {true, false}) {
+					std::vector<double> mine(count);
+					for (size_t i = 0; i < count; ++i)
+						mine[i] = test::value_of(group[static_cast<size_t>(group_rank)], i);
+					const std::vector<char> encoded = test::encode(mine, dtype);
+					char* send = (private_here ? private_send.data() : send_region) + offset;
+					char* out = in_place ? send : recv_region + offset;
+					std::copy(encoded.begin(), encoded.end(), send);
+					if (!in_place)
+						std::fill(out, out + encoded.size(), char{0x5a});
+					all_reduce.run(send, out, count, dtype, op);
+					const auto* hierarchical = dynamic_cast<const HierarchicalAllReduce*>(&all_reduce);
+					direct_runs += hierarchical && hierarchical->last_run_was_direct() ? 1 : 0;
+					for (size_t i = 0; i < count; ++i) {
+						const double got = test::decode(out + i * dtype_size(dtype), dtype);
+						const double want = test::reference(group, i, op, dtype);
+						if (std::abs(got - want) > test::tolerance(dtype, op) * std::max(1.0, std::abs(want))) {
+							if (wrong < 5)
+								MESSAGE(fmt::format("registered {} {} count {} in_place {} element {}: got {}, "
+										    "want {}", dtype_name(dtype), reduce_op_name(op), count,
+										    in_place, i, got, want));
+							++wrong;
+						}
+					}
+				}
+	all_reduce.deallocate(recv_region);
+	all_reduce.deallocate(send_region);
+	return wrong;
+}
+
+// Runs of wrong_elements_registered: every dtype, op and size but 0, in and out of place.
+constexpr size_t runs_per_sweep = std::size(all_dtypes) * std::size(all_ops) * (std::size(sizes) - 1) * 2;
 
 std::vector<int> all_ranks()
 {
@@ -143,4 +203,106 @@ TEST_CASE("a bad group assignment is an error naming the problem")
 			     AgreedError);
 	CHECK_THROWS_WITH_AS(validate_group_assignment({{0, 7}}, 2), doctest::Contains("names rank 7"), AgreedError);
 	CHECK_THROWS_AS(parse_all_reduce_mode("tree"), AgreedError);
+}
+
+TEST_CASE("registered buffers reduce directly from the peers' memory on every topology")
+{
+	const bool shares_host = world().size() > 1;
+	for (int per_node = 1; per_node <= world().size(); ++per_node) {
+		if (world().size() % per_node != 0)
+			continue;
+		CAPTURE(per_node);
+		const Topology topology(world().comm(), per_node);
+		for (AllReduceOptions options : {small_chunks(), AllReduceOptions{}}) {
+			CAPTURE(options.chunk_bytes);
+			auto all_reduce = make_all_reduce(topology, Device{}, AllReduceMode::hierarchical, {}, options);
+			CHECK(all_reduce->shares_buffers());
+			size_t direct = 0;
+			CHECK(wrong_elements_registered(*all_reduce, all_ranks(), world().rank(), Placement::registered, direct) ==
+			      0);
+			// The direct path needs peers on the node to read from.
+			CHECK(direct == (per_node > 1 && shares_host ? runs_per_sweep : 0));
+		}
+	}
+}
+
+TEST_CASE("one rank with an ordinary buffer sends every rank down the staged path")
+{
+	const Topology topology(world().comm(), std::nullopt);
+	auto all_reduce = make_all_reduce(topology, Device{}, AllReduceMode::hierarchical, {}, small_chunks());
+	size_t direct = 0;
+	CHECK(wrong_elements_registered(*all_reduce, all_ranks(), world().rank(), Placement::one_rank_private, direct) ==
+	      0);
+	CHECK(direct == 0);
+}
+
+TEST_CASE("registered buffers in replica subgroups, and modes without shared memory")
+{
+	const int n = world().size();
+	const int groups_count = n % 2 == 0 ? 2 : 1;
+	GroupAssignment groups(static_cast<size_t>(groups_count));
+	for (int r = 0; r < n; ++r)
+		groups[static_cast<size_t>(r % groups_count)].push_back(r);
+	const auto& mine = groups[static_cast<size_t>(world().rank() % groups_count)];
+	const int position = world().rank() / groups_count;
+	const Topology topology(world().comm(), std::nullopt);
+	for (AllReduceMode mode : {AllReduceMode::ring, AllReduceMode::hierarchical, AllReduceMode::naive}) {
+		CAPTURE(all_reduce_mode_name(mode));
+		auto all_reduce = make_all_reduce(topology, Device{}, mode, groups, small_chunks());
+		CHECK(all_reduce->shares_buffers() == (mode == AllReduceMode::hierarchical));
+		size_t direct = 0;
+		CHECK(wrong_elements_registered(*all_reduce, mine, position, Placement::registered, direct) == 0);
+		const bool expect_direct = mode == AllReduceMode::hierarchical && mine.size() > 1;
+		CHECK(direct == (expect_direct ? runs_per_sweep : 0));
+	}
+}
+
+TEST_CASE("bucket storage from the all-reduce is zeroed, in its window, and reduces in place")
+{
+	const Topology topology(world().comm(), std::nullopt);
+	auto all_reduce = make_all_reduce(topology, Device{}, AllReduceMode::hierarchical);
+	const std::vector<TensorSpec> specs = {{"w", {33, 7}, DType::f32}, {"b", {7}, DType::f32}};
+	const BucketPlan plan = plan_buckets(specs, size_t{1} << 20, 256);
+	REQUIRE(plan.buckets.size() == 1);
+	const Bucket& bucket = plan.buckets[0];
+	Tensor storage = make_bucket_storage(bucket, Device{}, *all_reduce);
+	CHECK(storage.bytes() == bucket.bytes);
+	const std::vector<float> initial = storage.to_host_f32();
+	CHECK(std::all_of(initial.begin(), initial.end(), [](float x) { return x == 0.0f; }));
+	float* data = storage.data_as<float>();
+	for (size_t i = 0; i < bucket.count(); ++i)
+		data[i] = static_cast<float>(test::value_of(world().rank(), i));
+	all_reduce->run_in_place(data, bucket.count(), DType::f32, ReduceOp::sum);
+	CHECK(static_cast<const HierarchicalAllReduce&>(*all_reduce).last_run_was_direct() == (world().size() > 1));
+	size_t wrong = 0;
+	for (size_t i = 0; i < bucket.count(); ++i)
+		wrong += data[i] != static_cast<float>(test::reference(all_ranks(), i, ReduceOp::sum, DType::f32));
+	CHECK(wrong == 0);
+}
+
+TEST_CASE("large registered buffers take the direct path in many blocks, in and out of place")
+{
+	const Topology topology(world().comm(), std::nullopt);
+	auto all_reduce = make_all_reduce(topology, Device{}, AllReduceMode::hierarchical);
+	const size_t count = (size_t{3} << 20) / 4 + 5; // many default-sized blocks and a partial one
+	float* send = static_cast<float*>(all_reduce->allocate(count * 4));
+	float* recv = static_cast<float*>(all_reduce->allocate(count * 4));
+	for (bool in_place : {true, false}) {
+		for (ReduceOp op : {ReduceOp::sum, ReduceOp::mean}) {
+			CAPTURE(in_place);
+			CAPTURE(reduce_op_name(op));
+			for (size_t i = 0; i < count; ++i)
+				send[i] = static_cast<float>(test::value_of(world().rank(), i));
+			float* out = in_place ? send : recv;
+			all_reduce->run(send, out, count, DType::f32, op);
+			size_t wrong = 0;
+			for (size_t i = 0; i < count; ++i) {
+				const double want = test::reference(all_ranks(), i, op, DType::f32);
+				wrong += std::abs(out[i] - want) > test::tolerance(DType::f32, op) * std::max(1.0, std::abs(want));
+			}
+			CHECK(wrong == 0);
+		}
+	}
+	all_reduce->deallocate(recv);
+	all_reduce->deallocate(send);
 }
