@@ -39,7 +39,7 @@ void add_run_options(CLI::App& app, TrainConfig& c)
 		->check(CLI::PositiveNumber);
 	app.add_option("--max-steps", c.max_steps, "Stop after this many steps (0: run every epoch)")
 		->check(CLI::NonNegativeNumber);
-	app.add_option("--allreduce", c.allreduce, "All-reduce mode: ring, hierarchical or naive");
+	app.add_option("--allreduce", c.allreduce, "All-reduce mode: ring, hierarchical, naive, or auto (ring with NCCL on GPUs, hierarchical on CPUs)");
 	app.add_option("--reduce", c.reduce, "Gradient reduction: mean or sum");
 	app.add_option("--groups", c.groups, "Replica groups reducing separately, e.g. '0,1;2,3'");
 	app.add_option("--fusion-mb", c.fusion_mb, "Fused bucket size in MiB (0: no fusion)")->check(CLI::NonNegativeNumber);

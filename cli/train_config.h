@@ -19,7 +19,7 @@ struct TrainConfig {
 	int epochs = 2;
 	int64_t batch = 128; // per rank
 	int64_t max_steps = 0; // 0: run all epochs
-	std::string allreduce = "ring";
+	std::string allreduce = "auto"; // ring, hierarchical, naive, or auto (by device)
 	std::string reduce = "mean";
 	std::string groups; // "0,1;2,3"
 	double fusion_mb = 25.0;

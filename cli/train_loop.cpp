@@ -82,10 +82,13 @@ void parse_injection(const std::string& text, int world_size, ReplicatedOptions*
 	o->inject_nonfinite_rank = static_cast<int>(rank);
 }
 
-ReplicatedOptions builder_options(const TrainConfig& c, int world_size)
+ReplicatedOptions builder_options(const TrainConfig& c, int world_size, const Device& device)
 {
 	ReplicatedOptions o;
-	o.mode = parse_all_reduce_mode(c.allreduce);
+	// auto: NCCL's ring on GPUs; on the CPU the hierarchical mode, whose steps inside a node
+	// read the peers' buffers through shared memory.
+	o.mode = c.allreduce == "auto" ? (device.is_cuda() ? AllReduceMode::ring : AllReduceMode::hierarchical)
+				       : parse_all_reduce_mode(c.allreduce);
 	o.reduce = parse_reduce_op(c.reduce);
 	if (o.reduce != ReduceOp::mean && o.reduce != ReduceOp::sum)
 		throw AgreedError(fmt::format("--reduce {}: gradients are reduced by mean or sum", c.reduce));
@@ -205,7 +208,7 @@ TrainingRun::TrainingRun(World& world, const TrainConfig& c)
 	  metrics_(open_metrics(world, c.metrics_path)),
 	  train_(load_fashion_mnist_agreed(world.comm(), c.data_dir, Split::train)), test_(load_test_set(world, c)),
 	  model_(make_model(model_config(c), device_)), optimizer_(make_optimizer(c.optimizer, model_->parameters())),
-	  builder_(topology_, device_, *model_, *optimizer_, builder_options(c, world.size())),
+	  builder_(topology_, device_, *model_, *optimizer_, builder_options(c, world.size(), device_)),
 	  sampler_(train_.count, c.batch, world.rank(), world.size(), c.model.seed),
 	  assembler_(train_, c.batch, device_),
 	  schedule_(make_schedule(schedule_for(c, planned_steps(c, sampler_.steps_per_epoch())))),
@@ -312,7 +315,7 @@ void TrainingRun::finish()
 	nlohmann::json summary = {
 		{"event", "summary"},
 		{"model", c_.model.name},
-		{"allreduce", c_.allreduce},
+		{"allreduce", all_reduce_mode_name(builder_.mode())},
 		{"world_size", world_.size()},
 		{"steps", step_},
 		{"global_batch", samples_per_step()},
@@ -348,7 +351,7 @@ int TrainingRun::run()
 	progress_.say(fmt::format("tower train: {} ({}) on {} rank(s) ({}), global batch {}{}, {} steps, all-reduce {}",
 				  c_.model.name, c_.precision, world_.size(), device_.name(), samples_per_step(),
 				  c_.accumulate > 1 ? fmt::format(" ({} micro-batches)", c_.accumulate) : std::string(),
-				  total_steps_, c_.allreduce));
+				  total_steps_, all_reduce_mode_name(builder_.mode())));
 	for (epoch_ = 0; epoch_ < c_.epochs && step_ < total_steps_; ++epoch_) {
 		const int64_t updates = updates_per_epoch(c_, sampler_.steps_per_epoch());
 		for (int64_t u = 0; u < updates && step_ < total_steps_; ++u)

@@ -11,6 +11,7 @@
 #include "models/ops.h"
 #include "runtime/error.h"
 #include "runtime/memory.h"
+#include "runtime/mpi_check.h"
 #include "runtime/replica_check.h"
 
 namespace tower {
@@ -24,6 +25,19 @@ constexpr size_t bucket_alignment = 256;
 double seconds(std::chrono::steady_clock::duration d)
 {
 	return std::chrono::duration<double>(d).count();
+}
+
+// The ranks of this rank's replica group (validated already by the all-reduce), in world order.
+CommHandle replica_group_comm(const Topology& topology, const GroupAssignment& groups)
+{
+	int color = 0;
+	for (size_t g = 0; g < groups.size(); ++g)
+		for (int r : groups[g])
+			if (r == topology.rank())
+				color = static_cast<int>(g);
+	MPI_Comm comm = MPI_COMM_NULL;
+	TOWER_MPI(MPI_Comm_split(topology.world(), color, topology.rank(), &comm));
+	return CommHandle(comm);
 }
 
 } // namespace
@@ -43,6 +57,7 @@ ReplicatedBuilder::ReplicatedBuilder(const Topology& topology, const Device& dev
 		parameter_index_[parameters_[i]] = i;
 	check_gradient_list();
 	all_reduce_ = make_all_reduce(topology_, device_, options_.mode, options_.groups, options_.all_reduce);
+	replica_comm_ = replica_group_comm(topology_, options_.groups);
 	bind_gradients_to_buckets();
 	// Device tensors and the loss scaler's host tensors travel in separate broadcasts.
 	auto variables_to_sync = parameter_tensors();
@@ -260,7 +275,7 @@ ForwardResult ReplicatedBuilder::evaluate(const Tensor& images, const Tensor& la
 
 uint64_t ReplicatedBuilder::check_replicas() const
 {
-	return check_replicas_of(topology_.world(), parameter_tensors());
+	return check_replicas_of(replica_comm_.get(), parameter_tensors());
 }
 
 } // namespace tower

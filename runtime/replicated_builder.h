@@ -73,13 +73,15 @@ public:
 	std::vector<NamedTensor> variables() const;
 	std::vector<NamedTensor> parameter_tensors() const;
 
-	// Collective: the parameters' 64-bit hash, equal on every rank, or tower::AgreedError
-	// naming the ranks and the first tensor that differ.
+	// Collective: the parameters' 64-bit hash, equal on every rank of this rank's replica group
+	// (the whole world without subgroups), or tower::AgreedError naming the ranks and the first
+	// tensor that differ.
 	uint64_t check_replicas() const;
 
 	const BucketPlan& plan() const { return plan_; }
 	size_t bytes_per_step() const;
 	int group_size() const { return all_reduce_->group_size(); }
+	AllReduceMode mode() const { return all_reduce_->mode(); }
 	const LossScaler& loss_scaler() const { return loss_scaler_; }
 	int64_t steps_taken() const { return steps_; }
 
@@ -115,6 +117,7 @@ private:
 	std::vector<size_t> bucket_of_parameter_;
 	std::vector<size_t> pending_in_bucket_;
 	std::unique_ptr<AllReduce> all_reduce_;
+	CommHandle replica_comm_; // the ranks that must hold identical parameters
 	std::vector<Interval> reduce_intervals_; // written by whichever thread reduces; read after
 	std::unique_ptr<CommThread> comm_thread_;
 };

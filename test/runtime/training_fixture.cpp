@@ -1,0 +1,87 @@
+// Small training runs shared by the builder's tests: a learnable synthetic data set and a runner.
+#include "test/runtime/training_fixture.h"
+
+#include <cmath>
+#include <random>
+
+#include "models/data/batch_assembler.h"
+#include "models/data/sampler.h"
+
+namespace tower::test {
+
+Dataset synthetic_dataset(int64_t count)
+{
+	Dataset d;
+	d.count = count;
+	d.rows = d.cols = 28;
+	d.images.resize(static_cast<size_t>(count * 28 * 28));
+	d.labels.resize(static_cast<size_t>(count));
+	std::mt19937 gen(1234);
+	std::uniform_real_distribution<float> noise(0.0f, 0.3f);
+	for (int64_t i = 0; i < count; ++i) {
+		const int32_t label = static_cast<int32_t>(gen() % 10);
+		d.labels[static_cast<size_t>(i)] = label;
+		for (int64_t p = 0; p < 784; ++p)
+			d.images[static_cast<size_t>(i * 784 + p)] = noise(gen) + ((p / 78) == label ? 0.7f : 0.0f);
+	}
+	return d;
+}
+
+std::vector<std::vector<float>> parameter_values(Model& model)
+{
+	std::vector<std::vector<float>> out;
+	for (Parameter* p : model.parameters())
+		out.push_back(p->value.to_host_f32());
+	return out;
+}
+
+Trained run_training(const Topology& topology, const RunSpec& spec, const Dataset& data, int sampler_rank,
+		     int sampler_world)
+{
+	const Device cpu;
+	auto model = make_model(spec.model, cpu);
+	auto optimizer = make_optimizer(spec.optimizer, model->parameters());
+	ReplicatedBuilder builder(topology, cpu, *model, *optimizer, spec.options);
+	DistributedSampler sampler(data.count, spec.batch, sampler_rank < 0 ? topology.rank() : sampler_rank,
+				   sampler_world < 0 ? topology.size() : sampler_world, 99);
+	BatchAssembler assembler(data, spec.batch, cpu);
+	Trained out;
+	int64_t micro = 0;
+	auto next = [&]() -> const Batch& {
+		const int64_t epoch = micro / sampler.steps_per_epoch();
+		const Batch& b = assembler.assemble(sampler.shard(epoch, micro % sampler.steps_per_epoch()));
+		++micro;
+		return b;
+	};
+	for (int s = 0; s < spec.steps; ++s) {
+		for (int m = 1; m < spec.accumulate; ++m) {
+			const Batch& b = next();
+			builder.accumulate(b.images, b.labels);
+		}
+		const Batch& b = next();
+		const StepStats stats = builder.step(b.images, b.labels, spec.lr);
+		out.last_loss = stats.forward.loss;
+		if (spec.after_step)
+			spec.after_step(builder, stats, s);
+	}
+	out.hash = builder.check_replicas();
+	out.parameters = parameter_values(*model);
+	return out;
+}
+
+double max_relative_difference(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b)
+{
+	double worst = 0;
+	for (size_t t = 0; t < a.size(); ++t) {
+		double diff = 0, norm = 0;
+		for (size_t i = 0; i < a[t].size(); ++i) {
+			const double d = static_cast<double>(a[t][i]) - b[t][i];
+			diff += d * d;
+			norm += static_cast<double>(b[t][i]) * b[t][i];
+		}
+		worst = std::max(worst, std::sqrt(diff / std::max(norm, 1e-30)));
+	}
+	return worst;
+}
+
+} // namespace tower::test

@@ -1,0 +1,45 @@
+// Small training runs shared by the builder's tests: a learnable synthetic data set and a runner.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "models/data/fashion_mnist.h"
+#include "models/model_factory.h"
+#include "runtime/replicated_builder.h"
+
+namespace tower::test {
+
+// Each class lights up its own band of pixels, plus noise: learnable in a few dozen steps.
+Dataset synthetic_dataset(int64_t count);
+
+struct RunSpec {
+	int64_t batch = 8;      // per rank, per micro-batch
+	int accumulate = 1;     // micro-batches per update
+	int steps = 50;         // updates
+	float lr = 0.05f;
+	ModelConfig model{"mlp", 32, 1, 7};
+	OptimizerConfig optimizer{};
+	ReplicatedOptions options{};
+	// Called after every update with the builder and the stats of that update.
+	std::function<void(const ReplicatedBuilder&, const StepStats&, int step)> after_step;
+};
+
+struct Trained {
+	std::vector<std::vector<float>> parameters;
+	uint64_t hash = 0;
+	float last_loss = 0;
+};
+
+// Trains on `topology` (its world may be MPI_COMM_SELF for a one-rank reference). The sampler
+// takes rank `sampler_rank` of `sampler_world` (by default the topology's own).
+Trained run_training(const Topology& topology, const RunSpec& spec, const Dataset& data, int sampler_rank = -1,
+		     int sampler_world = -1);
+
+// The parameters' f32 values.
+std::vector<std::vector<float>> parameter_values(Model& model);
+
+// max over tensors of ||a - b|| / ||b||.
+double max_relative_difference(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b);
+
+} // namespace tower::test
