@@ -73,6 +73,31 @@ expect_error_on_every_rank(r, 2, "butterfly", "unknown all-reduce mode")
 r = run(2, "--optimizer", "lion", "--max-steps", "1")
 expect_error_on_every_rank(r, 2, "lion", "unknown optimizer")
 
+r = run(2, "--precision", "fp8", "--max-steps", "1")
+expect_error_on_every_rank(r, 2, "fp8", "unknown precision")
+r = run(2, "--compress", "int8", "--max-steps", "1")
+expect_error_on_every_rank(r, 2, "int8", "unknown compression")
+r = run(2, "--loss-scale", "dynamic:fast", "--max-steps", "1")
+expect_error_on_every_rank(r, 2, "dynamic:fast", "unknown loss-scale policy")
+r = run(2, "--inject-nonfinite", "3:7", "--max-steps", "1")
+expect_error_on_every_rank(r, 2, "--inject-nonfinite '3:7'", "injection on a rank outside the job")
+
+# Injected NaN at step 3 on rank 1, bf16 with dynamic loss scaling: one skipped step, counted.
+inj = os.path.join(tmp, "inj.jsonl")
+r = run(2, "--precision", "bf16", "--loss-scale", "dynamic", "--inject-nonfinite", "3:1", "--accumulate", "2",
+        "--max-steps", "20", "--log-every", "5", "--eval-every", "0", "--metrics", inj)
+expect(r.returncode == 0, f"bf16 run with injection failed: {r.stderr[-2000:]}")
+if r.returncode == 0:
+    lines = [json.loads(x) for x in open(inj)]
+    summary = lines[-1]
+    expect(summary.get("skipped_steps") == 1, f"skipped_steps: {summary}")
+    expect(summary.get("precision") == "bf16" and summary.get("accumulate") == 2, f"summary: {summary}")
+    expect(summary.get("global_batch") == 32 * 2 * 2, f"global batch with accumulation: {summary}")
+    first = [x for x in lines if x["event"] == "step"][0]
+    expect(first["overflow_frequency"] == 0.2 and first["skipped_steps"] == 1, f"first window: {first}")
+    for key in ("grad_norm", "loss_scale_log2", "peak_memory_bytes", "allreduce_bytes", "hidden_fraction"):
+        expect(key in first, f"step line lacks {key}")
+
 for f in failures:
     print("FAIL:", f)
 print("train_test:", "ok" if not failures else f"{len(failures)} failure(s)")
