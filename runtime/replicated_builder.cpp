@@ -143,7 +143,9 @@ void ReplicatedBuilder::reduce_bucket(size_t b)
 {
 	const Bucket& bucket = plan_.buckets[b];
 	const auto start = Clock::now();
-	if (compressed_storage_.empty()) {
+	if (all_reduce_->group_size() == 1) {
+		// A group of one: the sum and the mean are the gradient itself.
+	} else if (compressed_storage_.empty()) {
 		all_reduce_->run_in_place(bucket_storage_[b].data(), bucket.count(), bucket.dtype, options_.reduce);
 	} else {
 		// The transport alone is in the lower type: narrow, reduce, widen back.
@@ -204,17 +206,17 @@ void ReplicatedBuilder::backward(bool communicate, StepStats* stats)
 
 bool ReplicatedBuilder::finish_gradients(float factor, double* grad_norm)
 {
-	bool finite = true;
+	// One pass over the gradients gives both answers: squares of finite f32 values summed in f64
+	// cannot overflow, so the sum is non-finite exactly when some gradient is inf or NaN. Every
+	// rank holds the same reduced values, so every rank reaches the same verdict.
 	double squares = 0;
 	for (const Tensor& storage : bucket_storage_) {
 		if (factor != 1.0f)
 			scale(storage, factor);
-		// Every rank holds the same reduced values, so every rank reaches the same verdict.
-		finite = all_finite(storage) && finite;
 		squares += sum_of_squares(storage);
 	}
 	*grad_norm = std::sqrt(squares);
-	return finite;
+	return std::isfinite(squares);
 }
 
 StepStats ReplicatedBuilder::step(const Tensor& images, const Tensor& labels, float lr)
