@@ -3,9 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
-#include "collectives/half.h"
+#include "runtime/element.h"
 
 namespace tower::cli {
 
@@ -28,32 +27,8 @@ double bench_expected(int ranks, size_t i, ReduceOp op, DType dtype)
 
 void bench_fill(void* out, size_t count, DType dtype, int rank, size_t first)
 {
-	char* p = static_cast<char*>(out);
-	for (size_t k = 0; k < count; ++k, p += dtype_size(dtype)) {
-		const double v = bench_value(rank, first + k);
-		switch (dtype) {
-		case DType::f32: { const float x = static_cast<float>(v); std::memcpy(p, &x, 4); break; }
-		case DType::f64: std::memcpy(p, &v, 8); break;
-		case DType::f16: { const uint16_t x = f32_to_f16(static_cast<float>(v)); std::memcpy(p, &x, 2); break; }
-		case DType::bf16: { const uint16_t x = f32_to_bf16(static_cast<float>(v)); std::memcpy(p, &x, 2); break; }
-		case DType::i32: { const int32_t x = static_cast<int32_t>(v); std::memcpy(p, &x, 4); break; }
-		case DType::i64: { const int64_t x = static_cast<int64_t>(v); std::memcpy(p, &x, 8); break; }
-		}
-	}
-}
-
-double bench_read(const void* data, size_t k, DType dtype)
-{
-	const char* p = static_cast<const char*>(data) + k * dtype_size(dtype);
-	switch (dtype) {
-	case DType::f32: { float x; std::memcpy(&x, p, 4); return x; }
-	case DType::f64: { double x; std::memcpy(&x, p, 8); return x; }
-	case DType::f16: { uint16_t x; std::memcpy(&x, p, 2); return f16_to_f32(x); }
-	case DType::bf16: { uint16_t x; std::memcpy(&x, p, 2); return bf16_to_f32(x); }
-	case DType::i32: { int32_t x; std::memcpy(&x, p, 4); return x; }
-	case DType::i64: { int64_t x; std::memcpy(&x, p, 8); return static_cast<double>(x); }
-	}
-	return 0;
+	for (size_t k = 0; k < count; ++k)
+		set_element(out, k, dtype, bench_value(rank, first + k));
 }
 
 double bench_tolerance(DType dtype, ReduceOp op)

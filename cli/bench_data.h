@@ -6,6 +6,7 @@
 
 #include "collectives/reduce_op.h"
 #include "runtime/dtype.h"
+#include "runtime/element.h"
 
 namespace tower::cli {
 
@@ -18,7 +19,6 @@ double bench_expected(int ranks, size_t i, ReduceOp op, DType dtype);
 // Writes values[first + k] for k < count as `dtype` into host memory `out`.
 void bench_fill(void* out, size_t count, DType dtype, int rank, size_t first);
 
-double bench_read(const void* data, size_t k, DType dtype);
 double bench_tolerance(DType dtype, ReduceOp op);
 
 // Elements of host memory `data` that differ from `want(first + k)` by more than `op` allows.
@@ -27,7 +27,7 @@ size_t bench_wrong(const void* data, size_t count, DType dtype, ReduceOp op, siz
 {
 	size_t wrong = 0;
 	for (size_t k = 0; k < count; ++k) {
-		const double w = want(first + k), got = bench_read(data, k, dtype);
+		const double w = want(first + k), got = element_as_double(data, k, dtype);
 		const double limit = bench_tolerance(dtype, op) * (w < 0 ? -w : w) + 1e-12;
 		wrong += (got - w > limit || w - got > limit) ? 1 : 0;
 	}

@@ -13,13 +13,6 @@ namespace tower {
 
 namespace {
 
-MPI_Comm dup(MPI_Comm comm)
-{
-	MPI_Comm out = MPI_COMM_NULL;
-	TOWER_MPI(MPI_Comm_dup(comm, &out));
-	return out;
-}
-
 size_t chunk_elements(size_t chunk_bytes, DType dtype)
 {
 	return std::clamp<size_t>(chunk_bytes / dtype_size(dtype), 1, mpi_max_count(dtype));
@@ -40,7 +33,7 @@ void wait_all(std::vector<MPI_Request>& requests)
 } // namespace
 
 RingAllReduce::RingAllReduce(MPI_Comm comm, const AllReduceOptions& options)
-    : comm_(dup(comm)), chunk_bytes_(std::max<size_t>(options.chunk_bytes, 8))
+    : comm_(duplicate_comm(comm)), chunk_bytes_(std::max<size_t>(options.chunk_bytes, 8))
 {
 	TOWER_MPI(MPI_Comm_rank(comm_.get(), &rank_));
 	TOWER_MPI(MPI_Comm_size(comm_.get(), &size_));

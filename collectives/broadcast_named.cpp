@@ -11,9 +11,8 @@ namespace tower {
 
 void broadcast_named(const Topology& topology, std::vector<NamedTensor>& tensors, int root)
 {
-	MPI_Comm own = MPI_COMM_NULL;
-	TOWER_MPI(MPI_Comm_dup(topology.world(), &own));
-	const CommHandle comm(own);
+	const CommHandle comm = duplicate_comm(topology.world());
+	const MPI_Comm own = comm.get();
 	check_signatures(own, tensors, root, "broadcast list");
 	std::string problem;
 	for (const auto& t : tensors)

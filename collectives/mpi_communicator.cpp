@@ -11,13 +11,6 @@ namespace tower {
 
 namespace {
 
-MPI_Comm dup(MPI_Comm comm)
-{
-	MPI_Comm out = MPI_COMM_NULL;
-	TOWER_MPI(MPI_Comm_dup(comm, &out));
-	return out;
-}
-
 char* at(void* base, size_t elements, DType dtype)
 {
 	return static_cast<char*>(base) + elements * dtype_size(dtype);
@@ -30,7 +23,7 @@ const char* at(const void* base, size_t elements, DType dtype)
 
 } // namespace
 
-MpiCommunicator::MpiCommunicator(MPI_Comm comm) : comm_(dup(comm))
+MpiCommunicator::MpiCommunicator(MPI_Comm comm) : comm_(duplicate_comm(comm))
 {
 	TOWER_MPI(MPI_Comm_rank(comm_.get(), &rank_));
 	TOWER_MPI(MPI_Comm_size(comm_.get(), &size_));

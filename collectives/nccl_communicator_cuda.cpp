@@ -52,9 +52,8 @@ class NcclCommunicator final : public Communicator {
 public:
 	NcclCommunicator(MPI_Comm comm, const Device& device) : device_(device)
 	{
-		MPI_Comm own = MPI_COMM_NULL;
-		TOWER_MPI(MPI_Comm_dup(comm, &own));
-		mpi_ = CommHandle(own);
+		mpi_ = duplicate_comm(comm);
+		const MPI_Comm own = mpi_.get();
 		TOWER_MPI(MPI_Comm_rank(own, &rank_));
 		TOWER_MPI(MPI_Comm_size(own, &size_));
 		select_gpu(device.index);

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <array>
 
-#include "collectives/half.h"
+#include "runtime/half.h"
 #include "runtime/error.h"
 
 namespace tower {

@@ -15,16 +15,9 @@ namespace {
 // disturb the data; the mailbox takes the next line.
 constexpr size_t header_bytes = 128;
 
-MPI_Comm dup(MPI_Comm comm)
-{
-	MPI_Comm out = MPI_COMM_NULL;
-	TOWER_MPI(MPI_Comm_dup(comm, &out));
-	return out;
-}
-
 } // namespace
 
-ShmNode::ShmNode(MPI_Comm comm, size_t slot_bytes) : comm_(dup(comm)), slot_bytes_(slot_bytes)
+ShmNode::ShmNode(MPI_Comm comm, size_t slot_bytes) : comm_(duplicate_comm(comm)), slot_bytes_(slot_bytes)
 {
 	TOWER_MPI(MPI_Comm_rank(comm_.get(), &rank_));
 	TOWER_MPI(MPI_Comm_size(comm_.get(), &size_));

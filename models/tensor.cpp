@@ -1,7 +1,7 @@
 // A dense tensor on one device: shape, element type, and owned or borrowed memory.
 #include "models/tensor.h"
 
-#include "collectives/half.h"
+#include "runtime/half.h"
 #include "runtime/error.h"
 #include "runtime/memory.h"
 

@@ -35,6 +35,13 @@ MPI_Comm CommHandle::release()
 	return comm;
 }
 
+CommHandle duplicate_comm(MPI_Comm comm)
+{
+	MPI_Comm out = MPI_COMM_NULL;
+	TOWER_MPI(MPI_Comm_dup(comm, &out));
+	return CommHandle(out);
+}
+
 namespace {
 
 MPI_Comm split(MPI_Comm comm, int color, int key)

@@ -25,6 +25,9 @@ private:
 	MPI_Comm comm_ = MPI_COMM_NULL;
 };
 
+// A private duplicate of `comm`: collectives on it never match another component's.
+CommHandle duplicate_comm(MPI_Comm comm);
+
 class Topology {
 public:
 	// Collective over `world`. Without `ranks_per_node`, nodes are the groups of ranks that share

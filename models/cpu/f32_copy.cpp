@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "collectives/half.h"
+#include "runtime/half.h"
 #include "runtime/error.h"
 
 namespace tower {

@@ -3,12 +3,11 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <vector>
 
-#include "collectives/half.h"
 #include "collectives/reduce_op.h"
 #include "runtime/dtype.h"
+#include "runtime/element.h"
 
 namespace tower::test {
 
@@ -21,32 +20,15 @@ inline double value_of(int rank, size_t i)
 inline std::vector<char> encode(const std::vector<double>& values, DType dtype)
 {
 	std::vector<char> out(values.size() * dtype_size(dtype));
-	for (size_t i = 0; i < values.size(); ++i) {
-		char* p = out.data() + i * dtype_size(dtype);
-		const double v = values[i];
-		switch (dtype) {
-		case DType::f32: { float x = static_cast<float>(v); std::memcpy(p, &x, 4); break; }
-		case DType::f64: std::memcpy(p, &v, 8); break;
-		case DType::f16: { uint16_t x = f32_to_f16(static_cast<float>(v)); std::memcpy(p, &x, 2); break; }
-		case DType::bf16: { uint16_t x = f32_to_bf16(static_cast<float>(v)); std::memcpy(p, &x, 2); break; }
-		case DType::i32: { int32_t x = static_cast<int32_t>(v); std::memcpy(p, &x, 4); break; }
-		case DType::i64: { int64_t x = static_cast<int64_t>(v); std::memcpy(p, &x, 8); break; }
-		}
-	}
+	for (size_t i = 0; i < values.size(); ++i)
+		set_element(out.data(), i, dtype, values[i]);
 	return out;
 }
 
+// The element at p, widened to double.
 inline double decode(const char* p, DType dtype)
 {
-	switch (dtype) {
-	case DType::f32: { float x; std::memcpy(&x, p, 4); return x; }
-	case DType::f64: { double x; std::memcpy(&x, p, 8); return x; }
-	case DType::f16: { uint16_t x; std::memcpy(&x, p, 2); return f16_to_f32(x); }
-	case DType::bf16: { uint16_t x; std::memcpy(&x, p, 2); return bf16_to_f32(x); }
-	case DType::i32: { int32_t x; std::memcpy(&x, p, 4); return x; }
-	case DType::i64: { int64_t x; std::memcpy(&x, p, 8); return static_cast<double>(x); }
-	}
-	return 0;
+	return element_as_double(p, 0, dtype);
 }
 
 // The float64 reference of element i reduced over `ranks`.

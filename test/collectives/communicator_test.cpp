@@ -4,7 +4,7 @@
 #include <numeric>
 
 #include "collectives/communicator.h"
-#include "collectives/half.h"
+#include "runtime/half.h"
 #include "runtime/error.h"
 #include "tower_config.h"
 #include "test/collectives/check_data.h"

@@ -7,7 +7,7 @@
 
 #include <doctest/doctest.h>
 
-#include "collectives/half.h"
+#include "runtime/half.h"
 
 using namespace tower;
 

@@ -6,7 +6,7 @@
 #include <functional>
 #include <memory>
 
-#include "collectives/half.h"
+#include "runtime/half.h"
 #include "models/init.h"
 #include "models/layers/conv2d.h"
 #include "models/layers/flatten.h"
