@@ -1,7 +1,11 @@
 // Turns verdicts that may differ between ranks into one verdict every rank shares.
 #include "runtime/agree.h"
 
+#include <algorithm>
+#include <utility>
 #include <vector>
+
+#include <fmt/ranges.h>
 
 #include "runtime/error.h"
 #include "runtime/mpi_check.h"
@@ -33,15 +37,23 @@ void agree(MPI_Comm comm, const std::string& problem)
 	std::string all(static_cast<size_t>(total), '\0');
 	TOWER_MPI(MPI_Allgatherv(problem.data(), length, MPI_CHAR, all.data(), lengths.data(),
 				 offsets.data(), MPI_CHAR, comm));
-	std::string message;
+	// Ranks that found the same problem are named together: "ranks 0, 1: ...".
+	std::vector<std::pair<std::string, std::vector<int>>> problems;
 	for (int r = 0; r < size; ++r) {
 		const auto n = static_cast<size_t>(lengths[static_cast<size_t>(r)]);
 		if (n == 0)
 			continue;
-		if (!message.empty())
-			message += "; ";
-		message += fmt::format("rank {}: {}", r, all.substr(static_cast<size_t>(offsets[static_cast<size_t>(r)]), n));
+		const std::string text = all.substr(static_cast<size_t>(offsets[static_cast<size_t>(r)]), n);
+		auto same = std::find_if(problems.begin(), problems.end(), [&](const auto& p) { return p.first == text; });
+		if (same == problems.end())
+			problems.push_back({text, {r}});
+		else
+			same->second.push_back(r);
 	}
+	std::string message;
+	for (const auto& [text, ranks] : problems)
+		message += fmt::format("{}{} {}: {}", message.empty() ? "" : "; ", ranks.size() == 1 ? "rank" : "ranks",
+				       fmt::join(ranks, ", "), text);
 	throw AgreedError(message);
 }
 

@@ -46,3 +46,17 @@ TEST_CASE("the world runs with MPI_THREAD_MULTIPLE")
 {
 	CHECK(world().thread_level() == tower::ThreadLevel::multiple);
 }
+
+TEST_CASE("ranks with the same problem are named together")
+{
+	std::string message;
+	try {
+		tower::agree(world().comm(), "bad --data");
+	} catch (const tower::AgreedError& e) {
+		message = e.what();
+	}
+	std::string ranks;
+	for (int r = 0; r < world().size(); ++r)
+		ranks += (r ? ", " : "") + std::to_string(r);
+	CHECK(message == (world().size() == 1 ? "rank 0" : "ranks " + ranks) + ": bad --data");
+}
