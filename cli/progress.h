@@ -24,7 +24,6 @@ public:
 	void update(const ProgressState& state);
 	// Prints a line that stays (evaluation results, the summary), ending any live line first.
 	void say(const std::string& line);
-	bool live() const { return live_; }
 
 private:
 	bool enabled_;

@@ -40,7 +40,6 @@ public:
 	size_t bytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
 	DType dtype() const { return dtype_; }
 	const Device& device() const { return device_; }
-	bool owns_memory() const { return storage_ != nullptr; }
 
 	// Same memory, another shape of the same element count.
 	Tensor reshaped(const Shape& shape) const;

@@ -83,7 +83,6 @@ public:
 	int group_size() const { return all_reduce_->group_size(); }
 	AllReduceMode mode() const { return all_reduce_->mode(); }
 	const LossScaler& loss_scaler() const { return loss_scaler_; }
-	int64_t steps_taken() const { return steps_; }
 
 private:
 	void check_gradient_list() const;

@@ -68,9 +68,4 @@ World::~World()
 		MPI_Finalize();
 }
 
-void World::barrier() const
-{
-	MPI_Barrier(MPI_COMM_WORLD);
-}
-
 } // namespace tower

@@ -28,9 +28,6 @@ public:
 	MPI_Comm comm() const { return MPI_COMM_WORLD; }
 	ThreadLevel thread_level() const { return granted_; }
 
-	// Waits until every rank reaches this point.
-	void barrier() const;
-
 private:
 	int rank_ = 0;
 	int size_ = 1;
