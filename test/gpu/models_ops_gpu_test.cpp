@@ -13,18 +13,13 @@
 #include "models/layers/relu.h"
 #include "models/model_factory.h"
 #include "runtime/device.h"
+#include "test/gpu/gpu_device.h"
 #include "test/harness/mpi_main.h"
 
 using namespace tower;
-using tower::test::world;
+using tower::test::gpu;
 
 namespace {
-
-Device gpu()
-{
-	const Topology t(world().comm(), std::nullopt);
-	return assign_device(t, probe_gpu_runtime(), DevicePreference::cuda);
-}
 
 void check_close(const Tensor& cpu, const Tensor& cuda, const char* what)
 {

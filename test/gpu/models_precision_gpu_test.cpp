@@ -14,40 +14,16 @@
 #include "models/model_factory.h"
 #include "models/ops.h"
 #include "runtime/device.h"
+#include "test/gpu/gpu_device.h"
 #include "test/harness/mpi_main.h"
+#include "test/models/precision_checks.h"
 
 using namespace tower;
-using tower::test::world;
+using tower::test::check_close;
+using tower::test::precision_tolerance;
+using tower::test::gpu;
 
 namespace {
-
-Device gpu()
-{
-	const Topology t(world().comm(), std::nullopt);
-	return assign_device(t, probe_gpu_runtime(), DevicePreference::cuda);
-}
-
-double tolerance(DType t)
-{
-	return t == DType::bf16 ? 1e-2 : 2e-3;
-}
-
-// ||got - ref|| <= tol * ||ref|| (see test/models/precision_test.cpp for why not per element).
-void check_close(const Tensor& ref, const Tensor& got, double tol, const std::string& what)
-{
-	REQUIRE(ref.shape() == got.shape());
-	const std::vector<float> a = ref.to_host_f32(), b = got.to_host_f32();
-	double diff = 0.0, norm = 0.0;
-	for (size_t i = 0; i < a.size(); ++i) {
-		const double d = static_cast<double>(a[i]) - b[i];
-		diff += d * d;
-		norm += static_cast<double>(a[i]) * a[i];
-	}
-	REQUIRE(norm > 0.0);
-	const double relative = std::sqrt(diff / norm);
-	INFO(what, ": relative L2 error ", relative, " above ", tol);
-	CHECK(relative <= tol);
-}
 
 Tensor random_input(const Shape& shape)
 {
@@ -84,17 +60,17 @@ void compare_layer(const LayerMaker& make, const Tensor& x, DType t)
 	auto low = make(g);
 	const Tensor& y_ref = ref->forward(x);
 	const Tensor& y_low = low->forward(on(g, x, t));
-	check_close(y_ref, y_low, tolerance(t), "output");
+	check_close(y_ref, y_low, precision_tolerance(t), "output");
 	const Tensor dy = Tensor::from_host(seeded_uniform("dy", 4, y_ref.numel(), 1.0f), y_ref.shape(), Device{});
 	const Tensor dy_low = on(g, dy, t);
 	for (bool accumulate : {false, true}) {
 		const BackwardArgs args{true, accumulate, nullptr};
 		const Tensor dx_ref = ref->backward(dy, args);
 		const Tensor dx_low = low->backward(dy_low, args);
-		check_close(dx_ref, dx_low, tolerance(t), "input gradient");
+		check_close(dx_ref, dx_low, precision_tolerance(t), "input gradient");
 		const auto pr = ref->parameters(), pl = low->parameters();
 		for (size_t i = 0; i < pr.size(); ++i)
-			check_close(pr[i]->grad, pl[i]->grad, tolerance(t), pr[i]->name);
+			check_close(pr[i]->grad, pl[i]->grad, precision_tolerance(t), pr[i]->name);
 	}
 }
 
@@ -132,7 +108,7 @@ TEST_CASE("both models in f16 and bf16 on the GPU agree with f32 on the CPU; f16
 			auto low = make_model(c, g);
 			const ForwardResult rr = ref->forward(images, labels);
 			const ForwardResult rl = low->forward(on(g, images, DType::f32), on(g, labels, DType::i32));
-			CHECK(rl.loss == doctest::Approx(rr.loss).epsilon(tolerance(t)));
+			CHECK(rl.loss == doctest::Approx(rr.loss).epsilon(precision_tolerance(t)));
 			ref->backward({}, BackwardOptions{});
 			low->backward({}, BackwardOptions{false, 8.0f});
 			const auto pr = ref->parameters(), pl = low->parameters();
@@ -140,7 +116,7 @@ TEST_CASE("both models in f16 and bf16 on the GPU agree with f32 on the CPU; f16
 				scale(pl[i]->grad, 1.0f / 8.0f);
 				// Max-pool ties in 16 bits move convolution gradients by a few percent.
 				const bool behind_pooling = pr[i]->name.starts_with("conv");
-				check_close(pr[i]->grad, pl[i]->grad, behind_pooling ? 0.1 : tolerance(t), pr[i]->name);
+				check_close(pr[i]->grad, pl[i]->grad, behind_pooling ? 0.1 : precision_tolerance(t), pr[i]->name);
 			}
 			low->backward({}, BackwardOptions{false, 16777216.0f});
 			bool finite = true;

@@ -17,36 +17,13 @@
 #include "models/ops.h"
 #include "runtime/error.h"
 #include "test/harness/mpi_main.h"
+#include "test/models/precision_checks.h"
 
 using namespace tower;
+using tower::test::check_close;
+using tower::test::precision_tolerance;
 
 namespace {
-
-// Relative tolerances that fit each type: a few roundings at 2^-9 (bf16) or 2^-12 (f16).
-double tolerance(DType t)
-{
-	return t == DType::bf16 ? 1e-2 : 2e-3;
-}
-
-// ||low - ref|| <= tol * ||ref|| in the L2 norm. A per-element bound would not do: a ReLU whose
-// input lies within rounding of zero, or a max-pool window whose two largest inputs round to a
-// tie, switches the gradient of that element entirely, as it does between any two GPUs' kernels;
-// such switches are rare, so they move the norm little, while a wrong kernel moves it a lot.
-void check_close(const Tensor& ref, const Tensor& low, double tol, const std::string& what)
-{
-	REQUIRE(ref.shape() == low.shape());
-	const std::vector<float> a = ref.to_host_f32(), b = low.to_host_f32();
-	double diff = 0.0, norm = 0.0;
-	for (size_t i = 0; i < a.size(); ++i) {
-		const double d = static_cast<double>(a[i]) - b[i];
-		diff += d * d;
-		norm += static_cast<double>(a[i]) * a[i];
-	}
-	REQUIRE(norm > 0.0); // a comparison of zeros could not fail
-	const double relative = std::sqrt(diff / norm);
-	INFO(what, ": relative L2 error ", relative, " above ", tol);
-	CHECK(relative <= tol);
-}
 
 Tensor to_type(const Tensor& f32, DType t)
 {
@@ -81,7 +58,7 @@ void compare_layer(const LayerMaker& make, const Tensor& x, DType t)
 	const Tensor& y_ref = ref->forward(x);
 	const Tensor& y_low = low->forward(to_type(x, t));
 	CHECK(y_low.dtype() == t);
-	check_close(y_ref, y_low, tolerance(t), "output");
+	check_close(y_ref, y_low, precision_tolerance(t), "output");
 	const Tensor dy = Tensor::from_host(seeded_uniform("dy", 4, y_ref.numel(), 1.0f), y_ref.shape(), Device{});
 	const Tensor dy_low = to_type(dy, t);
 	for (bool accumulate : {false, true}) {
@@ -90,11 +67,11 @@ void compare_layer(const LayerMaker& make, const Tensor& x, DType t)
 		const Tensor dx_ref = ref->backward(dy, args);
 		const Tensor dx_low = low->backward(dy_low, args);
 		CHECK(dx_low.dtype() == t);
-		check_close(dx_ref, dx_low, tolerance(t), "input gradient");
+		check_close(dx_ref, dx_low, precision_tolerance(t), "input gradient");
 		const auto pr = ref->parameters(), pl = low->parameters();
 		for (size_t i = 0; i < pr.size(); ++i) {
 			CHECK(pl[i]->grad.dtype() == DType::f32);
-			check_close(pr[i]->grad, pl[i]->grad, tolerance(t), pr[i]->name);
+			check_close(pr[i]->grad, pl[i]->grad, precision_tolerance(t), pr[i]->name);
 		}
 	}
 }
@@ -202,7 +179,7 @@ TEST_CASE("both models in f16 and bf16 give the f32 loss and gradients within th
 			auto low = make_model(config(name, t), Device{});
 			const ForwardResult rr = ref->forward(batch.images, batch.labels);
 			const ForwardResult rl = low->forward(batch.images, batch.labels);
-			CHECK(rl.loss == doctest::Approx(rr.loss).epsilon(tolerance(t)));
+			CHECK(rl.loss == doctest::Approx(rr.loss).epsilon(precision_tolerance(t)));
 			ref->backward({}, BackwardOptions{});
 			low->backward({}, BackwardOptions{});
 			const auto pr = ref->parameters(), pl = low->parameters();
@@ -214,7 +191,7 @@ TEST_CASE("both models in f16 and bf16 give the f32 loss and gradients within th
 				// the gradient moves to the first. Those switches are genuine 16-bit behaviour
 				// and cost the convolutions a few percent, so they get a wider bound.
 				const bool behind_pooling = pr[i]->name.starts_with("conv");
-				check_close(pr[i]->grad, pl[i]->grad, behind_pooling ? 0.1 : tolerance(t), pr[i]->name);
+				check_close(pr[i]->grad, pl[i]->grad, behind_pooling ? 0.1 : precision_tolerance(t), pr[i]->name);
 			}
 		}
 }

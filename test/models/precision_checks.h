@@ -1,0 +1,40 @@
+// Shared checks of 16-bit results against f32 references, for the CPU and GPU precision tests.
+#pragma once
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include <doctest/doctest.h>
+
+#include "models/tensor.h"
+
+namespace tower::test {
+
+// Relative tolerances that fit each type: a few roundings at 2^-9 (bf16) or 2^-12 (f16).
+inline double precision_tolerance(DType t)
+{
+	return t == DType::bf16 ? 1e-2 : 2e-3;
+}
+
+// ||got - ref|| <= tol * ||ref|| in the L2 norm. A per-element bound would not do: a ReLU whose
+// input lies within rounding of zero, or a max-pool window whose two largest inputs round to a
+// tie, switches the gradient of that element entirely, as it does between any two GPUs' kernels;
+// such switches are rare, so they move the norm little, while a wrong kernel moves it a lot.
+inline void check_close(const Tensor& ref, const Tensor& got, double tol, const std::string& what)
+{
+	REQUIRE(ref.shape() == got.shape());
+	const std::vector<float> a = ref.to_host_f32(), b = got.to_host_f32();
+	double diff = 0.0, norm = 0.0;
+	for (size_t i = 0; i < a.size(); ++i) {
+		const double d = static_cast<double>(a[i]) - b[i];
+		diff += d * d;
+		norm += static_cast<double>(a[i]) * a[i];
+	}
+	REQUIRE(norm > 0.0); // a comparison of zeros could not fail
+	const double relative = std::sqrt(diff / norm);
+	INFO(what, ": relative L2 error ", relative, " above ", tol);
+	CHECK(relative <= tol);
+}
+
+} // namespace tower::test
