@@ -58,7 +58,8 @@ void print_table(const nlohmann::json& ranks, const BuildInfo& build, const Topo
 	fmt::print("  NCCL           {}\n", build.gpu.nccl);
 	fmt::print("  GPUs visible   {}{}\n", build.gpu.device_count,
 		   build.gpu.device_count == 0 ? fmt::format(" ({})", build.gpu.why_none) : "");
-	fmt::print("  OpenBLAS       {} ({} thread(s))\n", build.openblas_config, build.openblas_threads);
+	fmt::print("  OpenBLAS       {} ({} thread(s), {} kernels)\n", build.openblas_config, build.openblas_threads,
+		   build.openblas_kernel);
 }
 
 int run_info(World& world, const InfoOptions& options)

@@ -36,6 +36,7 @@ BuildInfo collect_build_info(const World& world)
 	info.mpi_standard = std::to_string(major) + "." + std::to_string(minor);
 	info.thread_level = thread_level_name(world.thread_level());
 	info.openblas_config = first_line(openblas_get_config());
+	info.openblas_kernel = openblas_get_corename();
 	info.openblas_threads = openblas_get_num_threads();
 	info.gpu = probe_gpu_runtime();
 	return info;
@@ -49,6 +50,7 @@ nlohmann::json to_json(const BuildInfo& info)
 		{"mpi_standard", info.mpi_standard},
 		{"mpi_thread_level", info.thread_level},
 		{"openblas_config", info.openblas_config},
+		{"openblas_kernel", info.openblas_kernel},
 		{"openblas_threads", info.openblas_threads},
 		{"cuda_built", info.gpu.built},
 		{"cuda_runtime", info.gpu.cuda_runtime},

@@ -16,6 +16,7 @@ struct BuildInfo {
 	std::string mpi_standard; // "3.1"
 	std::string thread_level;
 	std::string openblas_config;
+	std::string openblas_kernel; // the kernel set in use, e.g. SkylakeX
 	int openblas_threads = 0;
 	GpuRuntimeInfo gpu;
 };

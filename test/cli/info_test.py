@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Runs `tower info` under mpirun and checks what it reports. Usage: info_test.py MPIRUN TOWER"""
 import json
+import os
 import subprocess
 import sys
 
@@ -8,9 +9,9 @@ mpirun, tower = sys.argv[1], sys.argv[2]
 failures = []
 
 
-def run(np, *args):
+def run(np, *args, env=None):
     return subprocess.run([mpirun, "-np", str(np), tower, "info", *args],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, env=env)
 
 
 def expect(cond, what):
@@ -42,6 +43,30 @@ expect(r.returncode != 0, "--ranks-per-node 3 at 4 ranks should fail")
 for rank in range(4):
     expect(f"[rank {rank}] error: --ranks-per-node 3 does not divide the 4 ranks" in r.stderr,
            f"rank {rank} did not report the divisor error: {r.stderr}")
+
+# OpenBLAS kernels: an explicit OPENBLAS_CORETYPE wins; without one, an AVX-512 CPU gets an
+# AVX-512 kernel set even where this OpenBLAS release does not know the CPU model.
+def kernel(env):
+    r = run(1, "--json", env=env)
+    expect(r.returncode == 0, f"info --json failed: {r.stderr}")
+    return json.loads(r.stdout)["build"]["openblas_kernel"] if r.returncode == 0 else None
+
+
+forced = dict(os.environ, OPENBLAS_CORETYPE="Haswell")
+expect(kernel(forced) == "Haswell", "OPENBLAS_CORETYPE=Haswell was not honoured")
+unset = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+flags = set()
+with open("/proc/cpuinfo") as f:
+    for line in f:
+        if line.startswith("flags"):
+            flags = set(line.split(":", 1)[1].split())
+            break
+chosen = kernel(unset)
+if {"avx512f", "avx512bw", "avx512dq", "avx512vl"} <= flags:
+    expect(chosen in ("SkylakeX", "Cooperlake", "SapphireRapids"),
+           f"AVX-512 CPU but OpenBLAS runs the {chosen} kernels")
+else:
+    expect(chosen is not None and chosen != "", "no OpenBLAS kernel name reported")
 
 for f in failures:
     print("FAIL:", f)
