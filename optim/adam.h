@@ -13,13 +13,13 @@ public:
 	// added to the gradient.
 	Adam(const std::vector<Parameter*>& parameters, const AdamCoeffs& coeffs);
 
-	void step(const std::vector<Parameter*>& parameters, float lr) override;
+	void count_step() override;
+	void update_range(const UpdateRange& range, float lr) const override;
+	std::vector<Tensor*> parameter_state(size_t i) override;
 	std::vector<NamedTensor> state() override;
 	std::string name() const override { return coeffs_.decoupled ? "adamw" : "adam"; }
 
 private:
-	Device device_;
-	std::vector<std::string> names_;
 	std::vector<NamedTensor> first_moments_;
 	std::vector<NamedTensor> second_moments_;
 	NamedTensor step_;

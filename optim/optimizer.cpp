@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "optim/adam.h"
+#include "optim/parameter_checks.h"
 #include "optim/sgd.h"
 #include "runtime/error.h"
 
@@ -45,6 +46,26 @@ AdamCoeffs adam_coeffs(const OptimizerConfig& c, bool decoupled)
 }
 
 } // namespace
+
+Optimizer::Optimizer(const std::vector<Parameter*>& parameters) : device_(parameters_device(parameters))
+{
+	for (const Parameter* p : parameters)
+		names_.push_back(p->name);
+}
+
+void Optimizer::step(const std::vector<Parameter*>& parameters, float lr)
+{
+	check_parameters_match(names_, parameters);
+	count_step();
+	for (size_t i = 0; i < parameters.size(); ++i) {
+		const Parameter& p = *parameters[i];
+		UpdateRange range{p.value.data_as<float>(), p.grad.data_as<float>(), {}, p.value.numel()};
+		const auto state = parameter_state(i);
+		for (size_t k = 0; k < state.size(); ++k)
+			range.state[k] = state[k]->data_as<float>();
+		update_range(range, lr);
+	}
+}
 
 std::vector<std::string> optimizer_names()
 {

@@ -1,6 +1,8 @@
 // The optimizer interface, its configuration, and the factory that builds one by name.
 #pragma once
 
+#include <array>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -22,16 +24,36 @@ struct OptimizerConfig {
 	float weight_decay = 0.0f;
 };
 
+// One stretch of elements an update covers: parameter values, their gradients and, laid out
+// alike, the optimizer's per-parameter state (as many tensors as parameter_state() gives).
+struct UpdateRange {
+	float* value = nullptr;
+	const float* grad = nullptr;
+	std::array<float*, 2> state{};
+	int64_t count = 0;
+};
+
 // Updates parameters from their gradients. All state lives in tensors on the parameters' device
 // and is created by the constructor, so it can be broadcast from rank 0 and checkpointed before
-// the first step.
+// the first step. Every rule is element-wise, so an update may also be applied range by range
+// (a sharded step does): count_step() once, then update_range() over the ranges.
 class Optimizer {
 public:
 	virtual ~Optimizer() = default;
 
-	// Applies one update with learning rate `lr`. `parameters` must be the ones the optimizer
-	// was made for, in the same order.
-	virtual void step(const std::vector<Parameter*>& parameters, float lr) = 0;
+	// Applies one update with learning rate `lr`: count_step(), then update_range() over each
+	// parameter. `parameters` must be the ones the optimizer was made for, in the same order.
+	void step(const std::vector<Parameter*>& parameters, float lr);
+
+	// Advances the step counter, which the next update_range() calls use (Adam's bias correction).
+	virtual void count_step() = 0;
+	// Applies the rule to `range`, whose state pointers follow parameter_state()'s order.
+	virtual void update_range(const UpdateRange& range, float lr) const = 0;
+
+	// The state tensors of parameter i (none for plain SGD), in update_range()'s order. The
+	// caller may rebind them to views of the same shape, dtype and device holding the same
+	// values, as the replicated-mode builder does to lay the state out like the gradients.
+	virtual std::vector<Tensor*> parameter_state(size_t i) = 0;
 
 	// The optimizer's state as named tensors sharing its memory: per parameter
 	// "<name>/momentum" or "<name>/adam_m" and "<name>/adam_v", and "optimizer/step" (i64 [1],
@@ -39,6 +61,12 @@ public:
 	virtual std::vector<NamedTensor> state() = 0;
 
 	virtual std::string name() const = 0;
+
+protected:
+	explicit Optimizer(const std::vector<Parameter*>& parameters);
+
+	Device device_; // where the parameters and the state live
+	std::vector<std::string> names_; // the parameters', in order
 };
 
 // The names make_optimizer accepts, for help texts and error messages.

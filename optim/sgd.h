@@ -11,13 +11,13 @@ public:
 	// momentum 0 is plain SGD (no buffers); otherwise one "<name>/momentum" buffer per parameter.
 	Sgd(const std::vector<Parameter*>& parameters, float momentum, bool nesterov, float weight_decay);
 
-	void step(const std::vector<Parameter*>& parameters, float lr) override;
+	void count_step() override;
+	void update_range(const UpdateRange& range, float lr) const override;
+	std::vector<Tensor*> parameter_state(size_t i) override;
 	std::vector<NamedTensor> state() override;
 	std::string name() const override { return coeffs_.momentum > 0.0f ? "momentum" : "sgd"; }
 
 private:
-	Device device_;
-	std::vector<std::string> names_;
 	std::vector<NamedTensor> buffers_; // empty for plain SGD
 	NamedTensor step_;
 	SgdCoeffs coeffs_;
