@@ -44,6 +44,8 @@ void add_run_options(CLI::App& app, TrainConfig& c)
 	app.add_option("--groups", c.groups, "Replica groups reducing separately, e.g. '0,1;2,3'");
 	app.add_option("--fusion-mb", c.fusion_mb, "Fused bucket size in MiB (0: no fusion)")->check(CLI::NonNegativeNumber);
 	app.add_option("--overlap", c.overlap, "All-reduce buckets during backward (true/false)");
+	app.add_option("--shard-update", c.shard_update,
+		       "Split the optimizer update across ranks sharing a node's memory (CPU, hierarchical; true/false)");
 	app.add_option("--device", c.device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
 	app.add_option("--ranks-per-node", c.ranks_per_node, "Simulated nodes of this many ranks")->check(CLI::PositiveNumber);
 	app.add_option("--metrics", c.metrics_path, "Write JSON lines of metrics to this file (rank 0)");

@@ -24,6 +24,7 @@ struct TrainConfig {
 	std::string groups; // "0,1;2,3"
 	double fusion_mb = 25.0;
 	bool overlap = true;
+	bool shard_update = true;
 	std::string device = "auto";
 	std::optional<int> ranks_per_node;
 	std::string metrics_path;

@@ -94,6 +94,7 @@ ReplicatedOptions builder_options(const TrainConfig& c, int world_size, const De
 		throw AgreedError(fmt::format("--reduce {}: gradients are reduced by mean or sum", c.reduce));
 	o.fusion_mb = c.fusion_mb;
 	o.overlap = c.overlap;
+	o.shard_update = c.shard_update;
 	o.groups = parse_groups(c.groups);
 	o.compress = c.compress == "none" ? DType::f32 : parse_precision(c.compress);
 	LossScaleOptions tuning;
@@ -331,6 +332,7 @@ void TrainingRun::finish()
 		{"allreduce_s", allreduce_s_},
 		{"allreduce_bytes_per_step", builder_.bytes_per_step()},
 		{"buckets", builder_.plan().buckets.size()},
+		{"sharded_update", builder_.update_is_sharded()},
 		{"replica_hash", fmt::format("{:016x}", hash)},
 		{"test_accuracy", evaluated_ ? nlohmann::json(last_eval_.accuracy) : nlohmann::json()},
 		{"test_loss", evaluated_ ? nlohmann::json(last_eval_.loss) : nlohmann::json()},
@@ -348,10 +350,11 @@ void TrainingRun::finish()
 
 int TrainingRun::run()
 {
-	progress_.say(fmt::format("tower train: {} ({}) on {} rank(s) ({}), global batch {}{}, {} steps, all-reduce {}",
+	progress_.say(fmt::format("tower train: {} ({}) on {} rank(s) ({}), global batch {}{}, {} steps, all-reduce {}{}",
 				  c_.model.name, c_.precision, world_.size(), device_.name(), samples_per_step(),
 				  c_.accumulate > 1 ? fmt::format(" ({} micro-batches)", c_.accumulate) : std::string(),
-				  total_steps_, all_reduce_mode_name(builder_.mode())));
+				  total_steps_, all_reduce_mode_name(builder_.mode()),
+				  builder_.update_is_sharded() ? " (update sharded across the node)" : ""));
 	for (epoch_ = 0; epoch_ < c_.epochs && step_ < total_steps_; ++epoch_) {
 		const int64_t updates = updates_per_epoch(c_, sampler_.steps_per_epoch());
 		for (int64_t u = 0; u < updates && step_ < total_steps_; ++u)

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "collectives/groups.h"
+#include "collectives/node_sharding.h"
 #include "collectives/reduce_op.h"
 #include "runtime/device.h"
 #include "runtime/dtype.h"
@@ -53,6 +54,10 @@ public:
 	virtual void* allocate(size_t bytes);
 	virtual void deallocate(void* pointer);
 	virtual bool shares_buffers() const { return false; }
+
+	// The sharded form of this all-reduce, where its ranks share the node's memory (see
+	// collectives/node_sharding.h); nullptr elsewhere.
+	virtual NodeSharding* node_sharding() { return nullptr; }
 
 private:
 	std::vector<void*> host_buffers_; // what the default allocate() handed out

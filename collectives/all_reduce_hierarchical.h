@@ -8,6 +8,7 @@
 
 #include "collectives/all_reduce.h"
 #include "collectives/all_reduce_ring.h"
+#include "collectives/node_sharding.h"
 #include "collectives/shm_node.h"
 #include "collectives/shm_window.h"
 
@@ -23,7 +24,7 @@ namespace tower {
 // Buffers from allocate() skip the staging: when every rank of the node passes such buffers,
 // each reduces its shard straight out of the peers' send buffers and writes the result into
 // every peer's receive buffer (see all_reduce_direct.cpp).
-class HierarchicalAllReduce final : public AllReduce {
+class HierarchicalAllReduce final : public AllReduce, public NodeSharding {
 public:
 	// Collective over the group: `node` holds the group's ranks on this node (they must share
 	// memory), `cross` the ranks of this local rank on every node.
@@ -36,6 +37,14 @@ public:
 	void* allocate(size_t bytes) override;
 	void deallocate(void* pointer) override;
 	bool shares_buffers() const override { return true; }
+	NodeSharding* node_sharding() override { return this; }
+
+	int node_rank() const override { return shm_.rank(); }
+	int node_size() const override { return shm_.size(); }
+	MPI_Comm node_comm() const override { return shm_.comm(); }
+	void reduce_shard(void* data, size_t count, DType dtype, ReduceOp op, Segment shard) override;
+	char* peer_address(const void* mine, int node_rank) const override;
+	void node_barrier() override { shm_.barrier(); }
 	// Whether the last run() took the direct path (for tests).
 	bool last_run_was_direct() const { return last_direct_; }
 

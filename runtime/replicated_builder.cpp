@@ -59,6 +59,9 @@ ReplicatedBuilder::ReplicatedBuilder(const Topology& topology, const Device& dev
 	all_reduce_ = make_all_reduce(topology_, device_, options_.mode, options_.groups, options_.all_reduce);
 	replica_comm_ = replica_group_comm(topology_, options_.groups);
 	bind_gradients_to_buckets();
+	if (options_.shard_update && !device_.is_cuda() && compressed_storage_.empty() &&
+	    ShardedUpdate::applies(*all_reduce_, plan_))
+		sharded_ = std::make_unique<ShardedUpdate>(*all_reduce_, plan_, bucket_storage_, parameters_, optimizer_);
 	// Device tensors and the loss scaler's host tensors travel in separate broadcasts.
 	auto variables_to_sync = parameter_tensors();
 	for (auto& s : optimizer_.state())
@@ -145,6 +148,8 @@ void ReplicatedBuilder::reduce_bucket(size_t b)
 	const auto start = Clock::now();
 	if (all_reduce_->group_size() == 1) {
 		// A group of one: the sum and the mean are the gradient itself.
+	} else if (sharded_) {
+		sharded_->reduce(b, options_.reduce);
 	} else if (compressed_storage_.empty()) {
 		all_reduce_->run_in_place(bucket_storage_[b].data(), bucket.count(), bucket.dtype, options_.reduce);
 	} else {
@@ -261,9 +266,13 @@ StepStats ReplicatedBuilder::step(const Tensor& images, const Tensor& labels, fl
 
 	// The sum over micro-batches becomes their mean, and the loss scale comes off.
 	const float factor = 1.0f / (static_cast<float>(micro_batches_) * loss_scaler_.scale());
-	stats.skipped = !finish_gradients(factor, &stats.grad_norm);
-	if (!stats.skipped)
-		optimizer_.step(parameters_, lr);
+	if (sharded_) {
+		stats.skipped = !sharded_->finish(factor, lr, &stats.grad_norm);
+	} else {
+		stats.skipped = !finish_gradients(factor, &stats.grad_norm);
+		if (!stats.skipped)
+			optimizer_.step(parameters_, lr);
+	}
 	loss_scaler_.update(stats.skipped);
 	micro_batches_ = 0;
 	++steps_;

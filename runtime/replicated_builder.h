@@ -13,6 +13,7 @@
 #include "optim/loss_scale.h"
 #include "optim/optimizer.h"
 #include "runtime/comm_thread.h"
+#include "runtime/sharded_update.h"
 #include "runtime/topology.h"
 
 namespace tower {
@@ -26,6 +27,9 @@ struct ReplicatedOptions {
 	AllReduceOptions all_reduce;
 	DType compress = DType::f32;      // f16 or bf16: all-reduce the gradients in that type
 	LossScaleOptions loss_scale;      // none by default
+	// Where the replicas share a node's memory (CPU towers, hierarchical mode), split the update
+	// across them: see runtime/sharded_update.h. The result is the same either way.
+	bool shard_update = true;
 	// Fault injection for tests and demos: a NaN in one rank's gradient at this step (0-based).
 	int64_t inject_nonfinite_step = -1;
 	int inject_nonfinite_rank = 0;
@@ -83,6 +87,9 @@ public:
 	int group_size() const { return all_reduce_->group_size(); }
 	AllReduceMode mode() const { return all_reduce_->mode(); }
 	const LossScaler& loss_scaler() const { return loss_scaler_; }
+	// Whether steps split the update across the node's replicas (options.shard_update, where it
+	// applies).
+	bool update_is_sharded() const { return sharded_ != nullptr; }
 
 private:
 	void check_gradient_list() const;
@@ -118,6 +125,7 @@ private:
 	std::unique_ptr<AllReduce> all_reduce_;
 	CommHandle replica_comm_; // the ranks that must hold identical parameters
 	std::vector<Interval> reduce_intervals_; // written by whichever thread reduces; read after
+	std::unique_ptr<ShardedUpdate> sharded_; // after all_reduce_: it lives in its memory
 	std::unique_ptr<CommThread> comm_thread_;
 };
 

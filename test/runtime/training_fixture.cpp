@@ -66,6 +66,10 @@ Trained run_training(const Topology& topology, const RunSpec& spec, const Datase
 	}
 	out.hash = builder.check_replicas();
 	out.parameters = parameter_values(*model);
+	for (const NamedTensor& s : optimizer->state())
+		if (s.tensor.dtype() == DType::f32)
+			out.optimizer_state.push_back(s.tensor.to_host_f32());
+	out.sharded = builder.update_is_sharded();
 	return out;
 }
 

@@ -27,8 +27,10 @@ struct RunSpec {
 
 struct Trained {
 	std::vector<std::vector<float>> parameters;
+	std::vector<std::vector<float>> optimizer_state; // the f32 tensors of Optimizer::state()
 	uint64_t hash = 0;
 	float last_loss = 0;
+	bool sharded = false; // whether the builder split the update across the node
 };
 
 // Trains on `topology` (its world may be MPI_COMM_SELF for a one-rank reference). The sampler
