@@ -66,6 +66,35 @@ std::optional<HierarchicalAllReduce::PeerBuffers> HierarchicalAllReduce::registe
 	return peers;
 }
 
+void HierarchicalAllReduce::reduce_own_shard(const std::vector<const char*>& sources, char* out, Segment shard,
+					     DType dtype, ReduceOp op, const std::function<void(size_t, size_t)>& done)
+{
+	const size_t esize = dtype_size(dtype), local = sources.size();
+	const bool across = cross_.group_size() > 1;
+	// Across nodes the whole shard is reduced first, since the ring moves it in one piece.
+	const size_t block = across ? std::max<size_t>(shard.length, 1)
+				    : std::max<size_t>(std::min(round_bytes_, direct_block_bytes) / esize, 1);
+	std::vector<const void*> inputs(local);
+	for (size_t first = shard.start; first < shard.start + shard.length; first += block) {
+		const size_t length = std::min(block, shard.start + shard.length - first);
+		for (size_t k = 0; k < local; ++k)
+			inputs[k] = sources[k] + first * esize;
+		reduce_host(out + first * esize, inputs.data(), local, length, dtype, op);
+		if (across)
+			continue;
+		if (op == ReduceOp::mean)
+			divide_host(out + first * esize, length, dtype, group_size());
+		done(first, length);
+	}
+	if (across) {
+		char* part = out + shard.start * esize;
+		cross_.run(part, part, shard.length, dtype, op == ReduceOp::mean ? ReduceOp::sum : op);
+		if (op == ReduceOp::mean)
+			divide_host(part, shard.length, dtype, group_size());
+		done(shard.start, shard.length);
+	}
+}
+
 void HierarchicalAllReduce::run_direct(const PeerBuffers& peers, size_t count, DType dtype, ReduceOp op)
 {
 	const size_t esize = dtype_size(dtype), local = static_cast<size_t>(shm_.size());
@@ -79,35 +108,11 @@ void HierarchicalAllReduce::run_direct(const PeerBuffers& peers, size_t count, D
 		if (r != static_cast<size_t>(me))
 			sources.push_back(peers.send[r]);
 	char* out = peers.recv[static_cast<size_t>(me)];
-	const bool across = cross_.group_size() > 1;
-	auto spread = [&](size_t first, size_t length) {
+	reduce_own_shard(sources, out, mine, dtype, op, [&](size_t first, size_t length) {
 		for (size_t r = 0; r < local; ++r)
 			if (r != static_cast<size_t>(me))
 				std::memcpy(peers.recv[r] + first * esize, out + first * esize, length * esize);
-	};
-
-	// Across nodes the whole shard is reduced first, since the ring moves it in one piece.
-	const size_t block = across ? std::max<size_t>(mine.length, 1)
-				    : std::max<size_t>(std::min(round_bytes_, direct_block_bytes) / esize, 1);
-	std::vector<const void*> inputs(local);
-	for (size_t first = mine.start; first < mine.start + mine.length; first += block) {
-		const size_t length = std::min(block, mine.start + mine.length - first);
-		for (size_t k = 0; k < local; ++k)
-			inputs[k] = sources[k] + first * esize;
-		reduce_host(out + first * esize, inputs.data(), local, length, dtype, op);
-		if (across)
-			continue;
-		if (op == ReduceOp::mean)
-			divide_host(out + first * esize, length, dtype, group_size());
-		spread(first, length);
-	}
-	if (across) {
-		char* shard = out + mine.start * esize;
-		cross_.run(shard, shard, mine.length, dtype, op == ReduceOp::mean ? ReduceOp::sum : op);
-		if (op == ReduceOp::mean)
-			divide_host(shard, mine.length, dtype, group_size());
-		spread(mine.start, mine.length);
-	}
+	});
 	// Results ready: every rank's receive buffer is complete once all have spread their shard.
 	shm_.barrier();
 }

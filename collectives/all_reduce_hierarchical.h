@@ -2,6 +2,7 @@
 // across nodes, shared-memory all-gather in each node.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -60,6 +61,11 @@ private:
 	void publish(const void* send, const void* recv, size_t bytes);
 	std::optional<PeerBuffers> registered_peers() const;
 	void run_direct(const PeerBuffers& peers, size_t count, DType dtype, ReduceOp op);
+	// Reduces `shard` of the node's `sources` (this rank's own first) into `out`, across nodes
+	// too, dividing for a mean; calls `done(first, length)` on each finished piece while it is
+	// still in cache.
+	void reduce_own_shard(const std::vector<const char*>& sources, char* out, Segment shard, DType dtype, ReduceOp op,
+			      const std::function<void(size_t, size_t)>& done);
 
 	ShmNode shm_;
 	RingAllReduce cross_;

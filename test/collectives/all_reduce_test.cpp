@@ -306,3 +306,41 @@ TEST_CASE("large registered buffers take the direct path in many blocks, in and 
 	all_reduce->deallocate(recv);
 	all_reduce->deallocate(send);
 }
+
+TEST_CASE("reduce_shard reduces exactly this rank's shard, over every simulated topology, and nothing else")
+{
+	for (int per_node = 1; per_node <= world().size(); ++per_node) {
+		if (world().size() % per_node != 0)
+			continue;
+		CAPTURE(per_node);
+		const Topology topology(world().comm(), per_node);
+		auto all_reduce = make_all_reduce(topology, Device{}, AllReduceMode::hierarchical, {}, small_chunks());
+		NodeSharding* sharding = all_reduce->node_sharding();
+		REQUIRE(sharding != nullptr);
+		CHECK(sharding->node_size() == per_node);
+		for (ReduceOp op : {ReduceOp::sum, ReduceOp::mean, ReduceOp::max})
+			for (size_t count : {size_t{1}, size_t{61}, size_t{1000}}) {
+				CAPTURE(count);
+				float* data = static_cast<float*>(all_reduce->allocate(count * sizeof(float)));
+				for (size_t i = 0; i < count; ++i)
+					data[i] = static_cast<float>(test::value_of(world().rank(), i));
+				const Segment shard = segment_of(count, static_cast<size_t>(per_node),
+								 static_cast<size_t>(sharding->node_rank()));
+				sharding->reduce_shard(data, count, DType::f32, op, shard);
+				size_t wrong = 0;
+				for (size_t i = 0; i < count; ++i) {
+					const bool inside = i >= shard.start && i < shard.start + shard.length;
+					const double want = inside ? test::reference(all_ranks(), i, op, DType::f32)
+								   : test::value_of(world().rank(), i);
+					wrong += std::abs(data[i] - want) > 1e-5 * std::max(1.0, std::abs(want));
+				}
+				CHECK(wrong == 0);
+				// A peer may still read this buffer until every rank has reduced its shard.
+				sharding->node_barrier();
+				if (per_node > 1)
+					CHECK(sharding->peer_address(data, 0) != nullptr);
+				all_reduce->deallocate(data);
+			}
+		CHECK_THROWS_AS(sharding->peer_address(&per_node, 0), Error);
+	}
+}
