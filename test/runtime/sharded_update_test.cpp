@@ -3,6 +3,7 @@
 
 #include "models/data/batch_assembler.h"
 #include "models/model_factory.h"
+#include "optim/loss_scale.h"
 #include "optim/optimizer.h"
 #include "runtime/replicated_builder.h"
 #include "test/harness/mpi_main.h"
@@ -57,6 +58,23 @@ TEST_CASE("a sharded update matches the whole update, for momentum and Adam, on 
 			if (world().size() == 2 && !ranks_per_node)
 				CHECK(sharded.hash == whole.hash); // two ranks: the same sums, bit for bit
 		}
+}
+
+TEST_CASE("a sharded update matches the whole update with accumulation, a loss scale, sum and subgroups")
+{
+	RunSpec spec;
+	spec.steps = 20;
+	spec.accumulate = 2;
+	spec.options.loss_scale = parse_loss_scale("static:1024"); // un-scaling multiplies the shards
+	spec.options.reduce = ReduceOp::sum;
+	spec.lr = 0.01f;
+	if (world().size() == 4)
+		spec.options.groups = {{0, 1}, {2, 3}};
+	const Trained sharded = train(spec, true, std::nullopt);
+	const Trained whole = train(spec, false, std::nullopt);
+	CHECK(sharded.sharded == (world().size() > 1));
+	CHECK(tower::test::max_relative_difference(sharded.parameters, whole.parameters) <= 1e-6);
+	CHECK(tower::test::max_relative_difference(sharded.optimizer_state, whole.optimizer_state) <= 1e-6);
 }
 
 TEST_CASE("a non-finite gradient makes every rank skip the sharded update")
