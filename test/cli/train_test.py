@@ -46,6 +46,7 @@ if r.returncode == 0:
     for key in ("test_accuracy", "samples_per_s", "steps", "world_size", "replica_hash"):
         expect(key in summary, f"summary lacks {key}")
     expect(summary.get("steps") == 40 and summary.get("world_size") == 2, f"summary: {summary}")
+    expect(summary.get("sharded_update") is True, f"2 CPU ranks did not shard the update: {summary}")
     expect(steps[-1]["loss"] < steps[0]["loss"], "loss did not fall")
     expect(not os.path.exists(metrics + ".partial"), "a .partial file was left behind")
 
@@ -60,6 +61,16 @@ if r1.returncode == 0 and r.returncode == 0:
     a = json.loads(open(metrics).read().splitlines()[-1])["test_accuracy"]
     b = json.loads(open(one).read().splitlines()[-1])["test_accuracy"]
     expect(abs(a - b) < 0.01, f"2x32 and 1x64 accuracies differ: {a} vs {b}")
+
+# --shard-update false gives the same training, bit for bit, at 2 ranks.
+whole = os.path.join(tmp, "whole.jsonl")
+r2 = run(2, "--max-steps", "40", "--shard-update", "false", "--metrics", whole)
+expect(r2.returncode == 0, f"--shard-update false run failed: {r2.stderr[-2000:]}")
+if r2.returncode == 0 and r.returncode == 0:
+    a = json.loads(open(metrics).read().splitlines()[-1])
+    b = json.loads(open(whole).read().splitlines()[-1])
+    expect(b["sharded_update"] is False, f"--shard-update false still sharded: {b}")
+    expect(a["replica_hash"] == b["replica_hash"], f"sharded and whole updates differ: {a} vs {b}")
 
 # Bad inputs: a clear error on every rank, and no hang.
 r = run(2, "--data", os.path.join(tmp, "nowhere"), "--max-steps", "1")
