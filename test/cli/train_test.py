@@ -17,6 +17,10 @@ def run(np, *args):
                           capture_output=True, text=True, timeout=300)
 
 
+def summary_of(path):
+    return json.loads(open(path).read().splitlines()[-1])
+
+
 def expect(cond, what):
     if not cond:
         failures.append(what)
@@ -58,8 +62,7 @@ r1 = subprocess.run([mpirun, "-np", "1", tower, "train", "--model", "mlp", "--hi
                     timeout=300)
 expect(r1.returncode == 0, f"1-rank run failed: {r1.stderr[-2000:]}")
 if r1.returncode == 0 and r.returncode == 0:
-    a = json.loads(open(metrics).read().splitlines()[-1])["test_accuracy"]
-    b = json.loads(open(one).read().splitlines()[-1])["test_accuracy"]
+    a, b = summary_of(metrics)["test_accuracy"], summary_of(one)["test_accuracy"]
     expect(abs(a - b) < 0.01, f"2x32 and 1x64 accuracies differ: {a} vs {b}")
 
 # --shard-update false gives the same training, bit for bit, at 2 ranks.
@@ -67,8 +70,7 @@ whole = os.path.join(tmp, "whole.jsonl")
 r2 = run(2, "--max-steps", "40", "--shard-update", "false", "--metrics", whole)
 expect(r2.returncode == 0, f"--shard-update false run failed: {r2.stderr[-2000:]}")
 if r2.returncode == 0 and r.returncode == 0:
-    a = json.loads(open(metrics).read().splitlines()[-1])
-    b = json.loads(open(whole).read().splitlines()[-1])
+    a, b = summary_of(metrics), summary_of(whole)
     expect(b["sharded_update"] is False, f"--shard-update false still sharded: {b}")
     expect(a["replica_hash"] == b["replica_hash"], f"sharded and whole updates differ: {a} vs {b}")
 
