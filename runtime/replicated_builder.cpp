@@ -73,6 +73,16 @@ ReplicatedBuilder::ReplicatedBuilder(const Topology& topology, const Device& dev
 		comm_thread_ = std::make_unique<CommThread>();
 }
 
+ReplicatedBuilder::~ReplicatedBuilder()
+{
+	// The gradients are views into the bucket storage, which goes with this object.
+	for (Parameter* p : parameters_) {
+		Tensor own = Tensor::empty(p->grad.shape(), p->grad.dtype(), p->grad.device());
+		own.copy_from(p->grad);
+		p->grad = own;
+	}
+}
+
 void ReplicatedBuilder::check_gradient_list() const
 {
 	std::vector<NamedTensor> gradients;

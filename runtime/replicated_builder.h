@@ -57,6 +57,11 @@ public:
 	// parameters and optimizer state to every rank. `model` and `optimizer` must outlive it.
 	ReplicatedBuilder(const Topology& topology, const Device& device, Model& model, Optimizer& optimizer,
 			  const ReplicatedOptions& options);
+	// Gives the gradients (and, after a sharded update, the parameters and optimizer state)
+	// memory of their own again: the model and the optimizer may outlive the builder.
+	~ReplicatedBuilder();
+	ReplicatedBuilder(const ReplicatedBuilder&) = delete;
+	ReplicatedBuilder& operator=(const ReplicatedBuilder&) = delete;
 
 	// Gradient accumulation: forward and backward of one micro-batch, summing the gradients
 	// locally with no communication. The next step() adds its own micro-batch and divides the

@@ -96,7 +96,7 @@ TEST_CASE("a non-finite gradient makes every rank skip the sharded update")
 	CHECK(tower::test::max_relative_difference(sharded.parameters, whole.parameters) <= 1e-6);
 }
 
-TEST_CASE("parameters and optimizer state outlive the builder that sharded them")
+TEST_CASE("parameters, gradients and optimizer state outlive the builder that sharded them")
 {
 	const Device cpu;
 	auto model = make_model({"mlp", 32, 1, 7}, cpu);
@@ -104,7 +104,7 @@ TEST_CASE("parameters and optimizer state outlive the builder that sharded them"
 	config.name = "adam";
 	auto optimizer = make_optimizer(config, model->parameters());
 	const Dataset data = tower::test::synthetic_dataset(64);
-	std::vector<std::vector<float>> values, state;
+	std::vector<std::vector<float>> values, state, gradients;
 	{
 		ReplicatedOptions options;
 		options.mode = AllReduceMode::hierarchical;
@@ -115,11 +115,17 @@ TEST_CASE("parameters and optimizer state outlive the builder that sharded them"
 		const Batch& batch = assembler.assemble(first_eight);
 		builder.step(batch.images, batch.labels, 0.01f);
 		values = tower::test::parameter_values(*model);
+		for (Parameter* p : model->parameters())
+			gradients.push_back(p->grad.to_host_f32());
 		for (const NamedTensor& s : optimizer->state())
 			if (s.tensor.dtype() == DType::f32)
 				state.push_back(s.tensor.to_host_f32());
 	}
 	CHECK(tower::test::parameter_values(*model) == values);
+	std::vector<std::vector<float>> gradients_after;
+	for (Parameter* p : model->parameters())
+		gradients_after.push_back(p->grad.to_host_f32());
+	CHECK(gradients_after == gradients);
 	std::vector<std::vector<float>> after;
 	for (const NamedTensor& s : optimizer->state())
 		if (s.tensor.dtype() == DType::f32)
