@@ -138,16 +138,17 @@ void ShardedUpdate::update_block(size_t b, size_t first, size_t length, float lr
 {
 	UpdateRange range{values_[b].data_as<float>() + first, gradients_[b].data_as<float>() + first, {},
 			  static_cast<int64_t>(length)};
-	std::vector<float*> written = {range.value};
-	for (size_t k = 0; k < states_[b].size(); ++k) {
+	for (size_t k = 0; k < states_[b].size(); ++k)
 		range.state[k] = states_[b][k].data_as<float>() + first;
-		written.push_back(range.state[k]);
-	}
 	optimizer_.update_range(range, lr);
-	for (int r = 0; r < sharding_.node_size(); ++r)
-		if (r != sharding_.node_rank())
-			for (float* w : written)
-				std::memcpy(sharding_.peer_address(w, r), w, length * sizeof(float));
+	auto copy_to_peers = [&](const float* mine) {
+		for (int r = 0; r < sharding_.node_size(); ++r)
+			if (r != sharding_.node_rank())
+				std::memcpy(sharding_.peer_address(mine, r), mine, length * sizeof(float));
+	};
+	copy_to_peers(range.value);
+	for (size_t k = 0; k < states_[b].size(); ++k)
+		copy_to_peers(range.state[k]);
 }
 
 } // namespace tower
