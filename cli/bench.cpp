@@ -12,10 +12,10 @@
 #include "cli/bench_data.h"
 #include "collectives/all_reduce.h"
 #include "collectives/communicator.h"
-#include "runtime/device.h"
-#include "runtime/error.h"
-#include "runtime/memory.h"
-#include "runtime/mpi_check.h"
+#include "runtime/base/device.h"
+#include "runtime/base/error.h"
+#include "runtime/base/memory.h"
+#include "runtime/base/mpi_check.h"
 
 namespace tower::cli {
 

@@ -4,7 +4,7 @@
 #include <optional>
 #include <string>
 
-#include "runtime/world.h"
+#include "runtime/base/world.h"
 
 namespace tower::cli {
 

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "runtime/element.h"
+#include "runtime/base/element.h"
 
 namespace tower::cli {
 

@@ -5,8 +5,8 @@
 #include <cstdint>
 
 #include "collectives/reduce_op.h"
-#include "runtime/dtype.h"
-#include "runtime/element.h"
+#include "runtime/base/dtype.h"
+#include "runtime/base/element.h"
 
 namespace tower::cli {
 

@@ -5,7 +5,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "runtime/world.h"
+#include "runtime/base/world.h"
 
 namespace tower::cli {
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "models/data/batch_assembler.h"
-#include "runtime/mpi_check.h"
+#include "runtime/base/mpi_check.h"
 
 namespace tower::cli {
 

@@ -10,10 +10,10 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
-#include "runtime/build_info.h"
-#include "runtime/device.h"
-#include "runtime/gather.h"
-#include "runtime/topology.h"
+#include "runtime/base/build_info.h"
+#include "runtime/base/device.h"
+#include "runtime/base/gather.h"
+#include "runtime/base/topology.h"
 
 namespace tower::cli {
 

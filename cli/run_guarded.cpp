@@ -6,8 +6,8 @@
 
 #include <fmt/format.h>
 
-#include "runtime/error.h"
-#include "runtime/fatal.h"
+#include "runtime/base/error.h"
+#include "runtime/base/fatal.h"
 
 namespace tower::cli {
 

@@ -3,7 +3,7 @@
 
 #include <functional>
 
-#include "runtime/world.h"
+#include "runtime/base/world.h"
 
 namespace tower::cli {
 

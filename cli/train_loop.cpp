@@ -10,12 +10,12 @@
 #include "cli/progress.h"
 #include "models/data/batch_assembler.h"
 #include "models/data/sampler.h"
-#include "runtime/agree.h"
-#include "runtime/device.h"
-#include "runtime/error.h"
-#include "runtime/memory.h"
+#include "runtime/base/agree.h"
+#include "runtime/base/device.h"
+#include "runtime/base/error.h"
+#include "runtime/base/memory.h"
 #include "runtime/metrics_log.h"
-#include "runtime/mpi_check.h"
+#include "runtime/base/mpi_check.h"
 
 namespace tower::cli {
 

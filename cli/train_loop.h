@@ -2,7 +2,7 @@
 #pragma once
 
 #include "cli/train_config.h"
-#include "runtime/world.h"
+#include "runtime/base/world.h"
 
 namespace tower::cli {
 

@@ -8,9 +8,9 @@
 #include "collectives/all_reduce_naive.h"
 #include "collectives/all_reduce_ring.h"
 #include "collectives/communicator.h"
-#include "runtime/agree.h"
-#include "runtime/error.h"
-#include "runtime/memory_host.h"
+#include "runtime/base/agree.h"
+#include "runtime/base/error.h"
+#include "runtime/base/memory_host.h"
 
 namespace tower {
 

@@ -9,9 +9,9 @@
 #include "collectives/groups.h"
 #include "collectives/node_sharding.h"
 #include "collectives/reduce_op.h"
-#include "runtime/device.h"
-#include "runtime/dtype.h"
-#include "runtime/topology.h"
+#include "runtime/base/device.h"
+#include "runtime/base/dtype.h"
+#include "runtime/base/topology.h"
 
 namespace tower {
 

@@ -7,7 +7,7 @@
 #include "collectives/mpi_reduce_ops.h"
 #include "collectives/reduce_host.h"
 #include "collectives/segments.h"
-#include "runtime/mpi_check.h"
+#include "runtime/base/mpi_check.h"
 
 namespace tower {
 

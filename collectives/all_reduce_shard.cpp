@@ -2,7 +2,7 @@
 // there, leaving the spreading of results to the caller (a sharded optimizer step spreads the
 // updated parameters instead of the reduced gradients).
 #include "collectives/all_reduce_hierarchical.h"
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 
 namespace tower {
 

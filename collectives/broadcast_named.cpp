@@ -3,9 +3,9 @@
 
 #include "collectives/communicator.h"
 #include "collectives/signature_check.h"
-#include "runtime/agree.h"
-#include "runtime/error.h"
-#include "runtime/mpi_check.h"
+#include "runtime/base/agree.h"
+#include "runtime/base/error.h"
+#include "runtime/base/mpi_check.h"
 
 namespace tower {
 

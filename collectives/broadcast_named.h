@@ -3,8 +3,8 @@
 
 #include <vector>
 
-#include "models/named_tensor.h"
-#include "runtime/topology.h"
+#include "runtime/base/named_tensor.h"
+#include "runtime/base/topology.h"
 
 namespace tower {
 

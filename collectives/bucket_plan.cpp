@@ -3,7 +3,7 @@
 
 #include <map>
 
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 
 namespace tower {
 

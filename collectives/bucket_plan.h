@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "models/tensor.h"
-#include "runtime/dtype.h"
+#include "runtime/base/tensor.h"
+#include "runtime/base/dtype.h"
 
 namespace tower {
 

@@ -7,8 +7,8 @@
 #include <mpi.h>
 
 #include "collectives/reduce_op.h"
-#include "runtime/device.h"
-#include "runtime/dtype.h"
+#include "runtime/base/device.h"
+#include "runtime/base/dtype.h"
 
 namespace tower {
 

@@ -5,8 +5,8 @@
 
 #include <fmt/ranges.h>
 
-#include "runtime/error.h"
-#include "runtime/mpi_check.h"
+#include "runtime/base/error.h"
+#include "runtime/base/mpi_check.h"
 
 namespace tower {
 

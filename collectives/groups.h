@@ -3,7 +3,7 @@
 
 #include <vector>
 
-#include "runtime/topology.h"
+#include "runtime/base/topology.h"
 
 namespace tower {
 

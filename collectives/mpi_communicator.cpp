@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "collectives/reduce_host.h"
-#include "runtime/mpi_check.h"
+#include "runtime/base/mpi_check.h"
 
 namespace tower {
 

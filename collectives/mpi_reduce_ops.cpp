@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "collectives/reduce_host.h"
-#include "runtime/mpi_check.h"
+#include "runtime/base/mpi_check.h"
 
 namespace tower {
 

@@ -4,7 +4,7 @@
 #include <mpi.h>
 
 #include "collectives/reduce_op.h"
-#include "runtime/dtype.h"
+#include "runtime/base/dtype.h"
 
 namespace tower {
 

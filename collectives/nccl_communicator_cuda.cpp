@@ -6,11 +6,11 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include "runtime/cuda_check.h"
-#include "runtime/error.h"
-#include "runtime/gpu_runtime.h"
-#include "runtime/mpi_check.h"
-#include "runtime/topology.h"
+#include "runtime/base/cuda_check.h"
+#include "runtime/base/error.h"
+#include "runtime/base/gpu_runtime.h"
+#include "runtime/base/mpi_check.h"
+#include "runtime/base/topology.h"
 
 #define TOWER_NCCL(call)                                                                        \
 	do {                                                                                    \

@@ -7,7 +7,7 @@
 
 #include "collectives/reduce_op.h"
 #include "collectives/segments.h"
-#include "runtime/dtype.h"
+#include "runtime/base/dtype.h"
 
 namespace tower {
 

@@ -4,8 +4,8 @@
 #include <cstring>
 
 #include "collectives/all_reduce.h"
-#include "runtime/error.h"
-#include "runtime/memory.h"
+#include "runtime/base/error.h"
+#include "runtime/base/memory.h"
 
 namespace tower {
 

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "collectives/bucket_plan.h"
-#include "models/tensor.h"
+#include "runtime/base/tensor.h"
 
 namespace tower {
 

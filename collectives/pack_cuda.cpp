@@ -2,8 +2,8 @@
 #include "collectives/pack.h"
 
 #include "collectives/pack_kernel.h"
-#include "runtime/cuda_check.h"
-#include "runtime/gpu_runtime.h"
+#include "runtime/base/cuda_check.h"
+#include "runtime/base/gpu_runtime.h"
 
 namespace tower {
 

@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <array>
 
-#include "runtime/half.h"
-#include "runtime/error.h"
+#include "runtime/base/half.h"
+#include "runtime/base/error.h"
 
 namespace tower {
 

@@ -4,8 +4,8 @@
 #include <atomic>
 #include <thread>
 
-#include "runtime/error.h"
-#include "runtime/mpi_check.h"
+#include "runtime/base/error.h"
+#include "runtime/base/mpi_check.h"
 
 namespace tower {
 

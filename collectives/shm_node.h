@@ -7,7 +7,7 @@
 
 #include <mpi.h>
 
-#include "runtime/topology.h"
+#include "runtime/base/topology.h"
 
 namespace tower {
 

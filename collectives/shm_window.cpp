@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <functional>
 
-#include "runtime/mpi_check.h"
+#include "runtime/base/mpi_check.h"
 
 namespace tower {
 

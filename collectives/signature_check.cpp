@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <sstream>
 
-#include "runtime/agree.h"
-#include "runtime/error.h"
-#include "runtime/mpi_check.h"
+#include "runtime/base/agree.h"
+#include "runtime/base/error.h"
+#include "runtime/base/mpi_check.h"
 
 namespace tower {
 

@@ -4,7 +4,7 @@
 #include <functional>
 #include <vector>
 
-#include "models/parameter.h"
+#include "runtime/base/parameter.h"
 
 namespace tower {
 

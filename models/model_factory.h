@@ -7,8 +7,8 @@
 #include <string_view>
 
 #include "models/model.h"
-#include "runtime/device.h"
-#include "runtime/dtype.h"
+#include "runtime/base/device.h"
+#include "runtime/base/dtype.h"
 
 namespace tower {
 

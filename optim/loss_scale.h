@@ -5,7 +5,7 @@
 #include <string_view>
 #include <vector>
 
-#include "models/named_tensor.h"
+#include "runtime/base/named_tensor.h"
 
 namespace tower {
 

@@ -6,7 +6,7 @@
 #include "optim/adam.h"
 #include "optim/parameter_checks.h"
 #include "optim/sgd.h"
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 
 namespace tower {
 

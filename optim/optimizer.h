@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "models/named_tensor.h"
-#include "models/parameter.h"
+#include "runtime/base/named_tensor.h"
+#include "runtime/base/parameter.h"
 
 namespace tower {
 

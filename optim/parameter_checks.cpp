@@ -1,7 +1,7 @@
 // Checks optimizers apply to the parameters they are made for and stepped with.
 #include "optim/parameter_checks.h"
 
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 
 namespace tower {
 

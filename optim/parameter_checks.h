@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "models/parameter.h"
+#include "runtime/base/parameter.h"
 
 namespace tower {
 

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <numbers>
 
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 
 namespace tower {
 

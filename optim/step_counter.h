@@ -3,7 +3,7 @@
 
 #include <cstdint>
 
-#include "models/named_tensor.h"
+#include "runtime/base/named_tensor.h"
 
 namespace tower {
 

@@ -4,7 +4,7 @@
 #include <cstdint>
 
 #include "optim/update_rules.h"
-#include "runtime/device.h"
+#include "runtime/base/device.h"
 
 namespace tower {
 

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <utility>
 
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 
 namespace tower {
 

@@ -3,10 +3,10 @@
 
 #include <string>
 
-#include "runtime/agree.h"
-#include "runtime/error.h"
-#include "runtime/memory.h"
-#include "runtime/mpi_check.h"
+#include "runtime/base/agree.h"
+#include "runtime/base/error.h"
+#include "runtime/base/memory.h"
+#include "runtime/base/mpi_check.h"
 
 namespace tower {
 

@@ -6,7 +6,7 @@
 
 #include <mpi.h>
 
-#include "models/named_tensor.h"
+#include "runtime/base/named_tensor.h"
 
 namespace tower {
 

@@ -9,9 +9,9 @@
 #include "collectives/pack.h"
 #include "collectives/signature_check.h"
 #include "models/ops.h"
-#include "runtime/error.h"
-#include "runtime/memory.h"
-#include "runtime/mpi_check.h"
+#include "runtime/base/error.h"
+#include "runtime/base/memory.h"
+#include "runtime/base/mpi_check.h"
 #include "runtime/replica_check.h"
 
 namespace tower {

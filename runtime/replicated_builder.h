@@ -9,12 +9,12 @@
 #include "collectives/all_reduce.h"
 #include "collectives/bucket_plan.h"
 #include "models/model.h"
-#include "models/named_tensor.h"
+#include "runtime/base/named_tensor.h"
 #include "optim/loss_scale.h"
 #include "optim/optimizer.h"
 #include "runtime/comm_thread.h"
 #include "runtime/sharded_update.h"
-#include "runtime/topology.h"
+#include "runtime/base/topology.h"
 
 namespace tower {
 

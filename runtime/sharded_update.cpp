@@ -7,8 +7,8 @@
 #include <cstring>
 
 #include "models/ops.h"
-#include "runtime/error.h"
-#include "runtime/mpi_check.h"
+#include "runtime/base/error.h"
+#include "runtime/base/mpi_check.h"
 
 namespace tower {
 

@@ -6,7 +6,7 @@
 
 #include "collectives/all_reduce.h"
 #include "collectives/bucket_plan.h"
-#include "models/parameter.h"
+#include "runtime/base/parameter.h"
 #include "optim/optimizer.h"
 
 namespace tower {

@@ -4,7 +4,7 @@
 #include "models/cpu/cpu_ops.h"
 #include "models/cpu/f32_copy.h"
 #include "models/ops_checks.h"
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 
 namespace tower {
 

@@ -3,8 +3,8 @@
 
 #include <algorithm>
 
-#include "runtime/half.h"
-#include "runtime/error.h"
+#include "runtime/base/half.h"
+#include "runtime/base/error.h"
 
 namespace tower {
 

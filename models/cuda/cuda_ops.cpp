@@ -8,9 +8,9 @@
 
 #include "models/cuda/kernels.h"
 #include "models/ops_checks.h"
-#include "runtime/cuda_check.h"
-#include "runtime/memory.h"
-#include "runtime/gpu_runtime.h"
+#include "runtime/base/cuda_check.h"
+#include "runtime/base/memory.h"
+#include "runtime/base/gpu_runtime.h"
 
 namespace tower {
 

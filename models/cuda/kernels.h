@@ -4,7 +4,7 @@
 #include <cstdint>
 
 #include "models/ops.h"
-#include "runtime/dtype.h"
+#include "runtime/base/dtype.h"
 
 namespace tower::cuda {
 

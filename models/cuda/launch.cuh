@@ -9,7 +9,7 @@
 #include <cuda_runtime.h>
 
 #include "models/cuda/kernels.h"
-#include "runtime/dtype.h"
+#include "runtime/base/dtype.h"
 
 namespace tower::cuda {
 

@@ -3,8 +3,8 @@
 
 #include <algorithm>
 
-#include "runtime/error.h"
-#include "runtime/memory.h"
+#include "runtime/base/error.h"
+#include "runtime/base/memory.h"
 
 namespace tower {
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "models/data/fashion_mnist.h"
-#include "models/tensor.h"
+#include "runtime/base/tensor.h"
 
 namespace tower {
 

@@ -2,8 +2,8 @@
 #include "models/data/fashion_mnist.h"
 
 #include "models/data/idx_file.h"
-#include "runtime/agree.h"
-#include "runtime/error.h"
+#include "runtime/base/agree.h"
+#include "runtime/base/error.h"
 
 namespace tower {
 

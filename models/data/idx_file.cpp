@@ -8,7 +8,7 @@
 
 #include <zlib.h>
 
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 
 namespace tower {
 

@@ -3,7 +3,7 @@
 #include "models/data/sampler.h"
 
 #include "models/data/shuffle.h"
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 
 namespace tower {
 

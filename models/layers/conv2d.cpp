@@ -3,7 +3,7 @@
 
 #include "models/init.h"
 #include "models/layers/precision.h"
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 
 namespace tower {
 

@@ -1,7 +1,7 @@
 // Flattens [B, ...] into [B, features] without copying.
 #include "models/layers/flatten.h"
 
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 
 namespace tower {
 

@@ -4,8 +4,8 @@
 #include <vector>
 
 #include "models/model.h"
-#include "models/parameter.h"
-#include "models/tensor.h"
+#include "runtime/base/parameter.h"
+#include "runtime/base/tensor.h"
 
 namespace tower {
 

@@ -4,7 +4,7 @@
 #include "models/init.h"
 #include "models/layers/precision.h"
 #include "models/ops.h"
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 
 namespace tower {
 

@@ -2,7 +2,7 @@
 #include "models/layers/maxpool2d.h"
 
 #include "models/ops.h"
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 
 namespace tower {
 

@@ -10,7 +10,7 @@
 #include "collectives/all_reduce_hierarchical.h"
 #include "collectives/bucket_plan.h"
 #include "collectives/pack.h"
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 #include "test/collectives/check_data.h"
 #include "test/harness/mpi_main.h"
 

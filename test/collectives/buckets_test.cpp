@@ -6,7 +6,7 @@
 #include "collectives/all_reduce.h"
 #include "collectives/bucket_plan.h"
 #include "collectives/pack.h"
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 #include "test/harness/mpi_main.h"
 
 using namespace tower;

@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "collectives/reduce_op.h"
-#include "runtime/dtype.h"
-#include "runtime/element.h"
+#include "runtime/base/dtype.h"
+#include "runtime/base/element.h"
 
 namespace tower::test {
 

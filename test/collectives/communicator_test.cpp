@@ -4,8 +4,8 @@
 #include <numeric>
 
 #include "collectives/communicator.h"
-#include "runtime/half.h"
-#include "runtime/error.h"
+#include "runtime/base/half.h"
+#include "runtime/base/error.h"
 #include "tower_config.h"
 #include "test/collectives/check_data.h"
 #include "test/harness/mpi_main.h"

@@ -7,7 +7,7 @@
 
 #include <doctest/doctest.h>
 
-#include "runtime/half.h"
+#include "runtime/base/half.h"
 
 using namespace tower;
 

@@ -4,7 +4,7 @@
 #include <doctest/doctest.h>
 
 #include "models/data/batch_assembler.h"
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 #include "test/harness/mpi_main.h"
 
 using namespace tower;

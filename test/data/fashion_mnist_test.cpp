@@ -6,7 +6,7 @@
 #include <doctest/doctest.h>
 
 #include "models/data/fashion_mnist.h"
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 #include "test/data/idx_fixture.h"
 #include "test/harness/mpi_main.h"
 

@@ -4,7 +4,7 @@
 #include <doctest/doctest.h>
 
 #include "models/data/idx_file.h"
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 #include "test/data/idx_fixture.h"
 #include "test/harness/mpi_main.h"
 

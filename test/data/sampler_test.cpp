@@ -7,8 +7,8 @@
 
 #include "models/data/sampler.h"
 #include "models/data/shuffle.h"
-#include "runtime/error.h"
-#include "runtime/mpi_check.h"
+#include "runtime/base/error.h"
+#include "runtime/base/mpi_check.h"
 #include "test/harness/mpi_main.h"
 
 using namespace tower;

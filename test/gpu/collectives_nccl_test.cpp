@@ -4,7 +4,7 @@
 #include "collectives/all_reduce.h"
 #include "collectives/bucket_plan.h"
 #include "collectives/pack.h"
-#include "runtime/memory.h"
+#include "runtime/base/memory.h"
 #include "test/harness/mpi_main.h"
 
 using namespace tower;

@@ -1,7 +1,7 @@
 // GPU test: with a visible GPU, rank L on a host is given CUDA device L.
 #include <doctest/doctest.h>
 
-#include "runtime/device.h"
+#include "runtime/base/device.h"
 #include "test/harness/mpi_main.h"
 
 using namespace tower;

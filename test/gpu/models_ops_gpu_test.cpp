@@ -12,7 +12,7 @@
 #include "models/layers/maxpool2d.h"
 #include "models/layers/relu.h"
 #include "models/model_factory.h"
-#include "runtime/device.h"
+#include "runtime/base/device.h"
 #include "test/gpu/gpu_device.h"
 #include "test/harness/mpi_main.h"
 

@@ -13,7 +13,7 @@
 #include "models/layers/maxpool2d.h"
 #include "models/model_factory.h"
 #include "models/ops.h"
-#include "runtime/device.h"
+#include "runtime/base/device.h"
 #include "test/gpu/gpu_device.h"
 #include "test/harness/mpi_main.h"
 #include "test/models/precision_checks.h"

@@ -7,8 +7,8 @@
 
 #include "optim/optimizer.h"
 #include "optim/step_counter.h"
-#include "runtime/device.h"
-#include "runtime/memory.h"
+#include "runtime/base/device.h"
+#include "runtime/base/memory.h"
 #include "test/harness/mpi_main.h"
 
 using namespace tower;

@@ -11,8 +11,8 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
-#include "runtime/agree.h"
-#include "runtime/gpu_runtime.h"
+#include "runtime/base/agree.h"
+#include "runtime/base/gpu_runtime.h"
 
 namespace tower::test {
 

@@ -1,8 +1,8 @@
 // The MPI-aware doctest entry point shared by every test binary.
 #pragma once
 
-#include "runtime/topology.h"
-#include "runtime/world.h"
+#include "runtime/base/topology.h"
+#include "runtime/base/world.h"
 
 namespace tower::test {
 

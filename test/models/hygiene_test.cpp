@@ -6,7 +6,7 @@
 
 #include "models/init.h"
 #include "models/ops.h"
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 #include "test/harness/mpi_main.h"
 
 using namespace tower;

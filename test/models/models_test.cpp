@@ -9,7 +9,7 @@
 #include "models/init.h"
 #include "models/model_factory.h"
 #include "models/ops.h"
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 #include "test/harness/mpi_main.h"
 
 using namespace tower;

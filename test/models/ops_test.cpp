@@ -6,7 +6,7 @@
 #include "models/init.h"
 #include "models/layers/workspace.h"
 #include "models/ops.h"
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 #include "test/harness/mpi_main.h"
 #include "test/models/reference.h"
 #include "tower_config.h"

@@ -7,7 +7,7 @@
 
 #include <doctest/doctest.h>
 
-#include "models/tensor.h"
+#include "runtime/base/tensor.h"
 
 namespace tower::test {
 

@@ -6,7 +6,7 @@
 #include <functional>
 #include <memory>
 
-#include "runtime/half.h"
+#include "runtime/base/half.h"
 #include "models/init.h"
 #include "models/layers/conv2d.h"
 #include "models/layers/flatten.h"
@@ -15,7 +15,7 @@
 #include "models/layers/relu.h"
 #include "models/model_factory.h"
 #include "models/ops.h"
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 #include "test/harness/mpi_main.h"
 #include "test/models/precision_checks.h"
 

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "optim/loss_scale.h"
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 
 using namespace tower;
 

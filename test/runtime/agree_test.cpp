@@ -3,9 +3,9 @@
 
 #include <doctest/doctest.h>
 
-#include "runtime/agree.h"
-#include "runtime/error.h"
-#include "runtime/gather.h"
+#include "runtime/base/agree.h"
+#include "runtime/base/error.h"
+#include "runtime/base/gather.h"
 #include "test/harness/mpi_main.h"
 
 using tower::test::world;

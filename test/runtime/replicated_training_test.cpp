@@ -3,7 +3,7 @@
 
 #include "models/model_factory.h"
 #include "optim/optimizer.h"
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 #include "runtime/replicated_builder.h"
 #include "test/harness/mpi_main.h"
 #include "test/runtime/training_fixture.h"

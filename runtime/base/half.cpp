@@ -1,5 +1,5 @@
 // Conversions between f32 and the 16-bit float formats (IEEE f16 and bfloat16), round to nearest even.
-#include "runtime/half.h"
+#include "runtime/base/half.h"
 
 #if defined(__F16C__)
 #include <immintrin.h>

@@ -1,5 +1,5 @@
 // Turns verdicts that may differ between ranks into one verdict every rank shares.
-#include "runtime/agree.h"
+#include "runtime/base/agree.h"
 
 #include <algorithm>
 #include <utility>
@@ -7,8 +7,8 @@
 
 #include <fmt/ranges.h>
 
-#include "runtime/error.h"
-#include "runtime/mpi_check.h"
+#include "runtime/base/error.h"
+#include "runtime/base/mpi_check.h"
 
 namespace tower {
 

@@ -1,7 +1,7 @@
 // Element types of tensors and communication buffers, with their sizes and names.
-#include "runtime/dtype.h"
+#include "runtime/base/dtype.h"
 
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 
 namespace tower {
 

@@ -1,11 +1,11 @@
 // The GPU probe of a CUDA build: devices and CUDA, cuBLAS and NCCL versions.
-#include "runtime/gpu_runtime.h"
+#include "runtime/base/gpu_runtime.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 
 namespace tower {
 

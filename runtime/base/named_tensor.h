@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "models/tensor.h"
+#include "runtime/base/tensor.h"
 
 namespace tower {
 

@@ -3,7 +3,7 @@
 
 #include <cstddef>
 
-#include "runtime/device.h"
+#include "runtime/base/device.h"
 
 namespace tower {
 

@@ -1,7 +1,7 @@
 // The GPU probe of a CPU-only build: no devices, nothing built.
-#include "runtime/gpu_runtime.h"
+#include "runtime/base/gpu_runtime.h"
 
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 
 namespace tower {
 

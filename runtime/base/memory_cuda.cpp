@@ -1,9 +1,9 @@
 // Device memory of a CUDA build: host memory for the CPU, cudaMalloc and cudaMemcpy for GPUs.
 #include <cstring>
 
-#include "runtime/cuda_check.h"
-#include "runtime/memory.h"
-#include "runtime/memory_host.h"
+#include "runtime/base/cuda_check.h"
+#include "runtime/base/memory.h"
+#include "runtime/base/memory_host.h"
 
 namespace tower {
 

@@ -1,9 +1,9 @@
 // A dense tensor on one device: shape, element type, and owned or borrowed memory.
-#include "models/tensor.h"
+#include "runtime/base/tensor.h"
 
-#include "runtime/half.h"
-#include "runtime/error.h"
-#include "runtime/memory.h"
+#include "runtime/base/half.h"
+#include "runtime/base/error.h"
+#include "runtime/base/memory.h"
 
 namespace tower {
 

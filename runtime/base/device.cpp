@@ -1,10 +1,10 @@
 // Which device each rank's tower runs on: a CUDA device chosen by local rank, or the CPU.
-#include "runtime/device.h"
+#include "runtime/base/device.h"
 
 #include <cstdlib>
 
-#include "runtime/agree.h"
-#include "runtime/error.h"
+#include "runtime/base/agree.h"
+#include "runtime/base/error.h"
 
 namespace tower {
 

@@ -1,7 +1,7 @@
 // Gathers one string from every rank, for reports that rank 0 prints.
-#include "runtime/gather.h"
+#include "runtime/base/gather.h"
 
-#include "runtime/mpi_check.h"
+#include "runtime/base/mpi_check.h"
 
 namespace tower {
 

@@ -1,12 +1,12 @@
 // Host-side memory operations shared by the CPU-only and CUDA builds.
-#include "runtime/memory_host.h"
+#include "runtime/base/memory_host.h"
 
 #include <sys/resource.h>
 
 #include <cstdlib>
 #include <cstring>
 
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 
 namespace tower {
 

@@ -1,10 +1,10 @@
 // Reading and writing one element of any dtype as a double, for reference checks and test data.
-#include "runtime/element.h"
+#include "runtime/base/element.h"
 
 #include <cstdint>
 #include <cstring>
 
-#include "runtime/half.h"
+#include "runtime/base/half.h"
 
 namespace tower {
 

@@ -1,5 +1,5 @@
 // What this binary was built with and runs on: tower, MPI, CUDA libraries, OpenBLAS.
-#include "runtime/build_info.h"
+#include "runtime/base/build_info.h"
 
 #include <cblas.h>
 #include <mpi.h>

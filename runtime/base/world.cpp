@@ -1,7 +1,7 @@
 // RAII ownership of MPI: init with a checked thread level, finalize on destruction.
-#include "runtime/world.h"
+#include "runtime/base/world.h"
 
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 
 namespace tower {
 

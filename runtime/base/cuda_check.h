@@ -3,7 +3,7 @@
 
 #include <cuda_runtime.h>
 
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 
 #define TOWER_CUDA(call)                                                                        \
 	do {                                                                                    \

@@ -1,9 +1,9 @@
 // Checks the return codes of MPI calls and turns failures into tower::Error.
-#include "runtime/mpi_check.h"
+#include "runtime/base/mpi_check.h"
 
 #include <mpi.h>
 
-#include "runtime/error.h"
+#include "runtime/base/error.h"
 
 namespace tower {
 

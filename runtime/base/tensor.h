@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/device.h"
-#include "runtime/dtype.h"
+#include "runtime/base/device.h"
+#include "runtime/base/dtype.h"
 
 namespace tower {
 

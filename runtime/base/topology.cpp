@@ -1,11 +1,11 @@
 // Where each rank sits: node and local rank, from shared memory or a simulated grouping.
-#include "runtime/topology.h"
+#include "runtime/base/topology.h"
 
 #include <cstdlib>
 #include <string>
 
-#include "runtime/error.h"
-#include "runtime/mpi_check.h"
+#include "runtime/base/error.h"
+#include "runtime/base/mpi_check.h"
 
 namespace tower {
 

@@ -1,9 +1,9 @@
 // Device memory of a CPU-only build: every device is the host.
 #include <cstring>
 
-#include "runtime/error.h"
-#include "runtime/memory.h"
-#include "runtime/memory_host.h"
+#include "runtime/base/error.h"
+#include "runtime/base/memory.h"
+#include "runtime/base/memory_host.h"
 
 namespace tower {
 

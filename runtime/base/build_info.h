@@ -5,8 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/gpu_runtime.h"
-#include "runtime/world.h"
+#include "runtime/base/gpu_runtime.h"
+#include "runtime/base/world.h"
 
 namespace tower {
 

@@ -3,7 +3,7 @@
 
 #include <cstddef>
 
-#include "runtime/dtype.h"
+#include "runtime/base/dtype.h"
 
 namespace tower {
 

@@ -3,8 +3,8 @@
 
 #include <string>
 
-#include "runtime/gpu_runtime.h"
-#include "runtime/topology.h"
+#include "runtime/base/gpu_runtime.h"
+#include "runtime/base/topology.h"
 
 namespace tower {
 
