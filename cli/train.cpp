@@ -1,10 +1,12 @@
-// `tower train`: the command line of replicated training.
+// `tower train`: the command line of training on Fashion-MNIST; the library's trainer does the run.
 #include <memory>
 
 #include "cli/command.h"
 #include "cli/train_config.h"
-#include "cli/train_loop.h"
+#include "cli/train_options.h"
 #include "models/data/fashion_mnist.h"
+#include "models/model_factory.h"
+#include "runtime/trainer.h"
 
 namespace tower::cli {
 
@@ -69,6 +71,34 @@ void add_precision_options(CLI::App& app, TrainConfig& c)
 	app.add_option("--inject-nonfinite", c.inject_nonfinite, "STEP[:RANK]: put a NaN into RANK's gradient at STEP (tests, demos)");
 }
 
+void add_strategy_options(CLI::App& app, TrainConfig& c)
+{
+	app.add_option("--strategy", c.strategy, "How the ranks train together: replicated or parameter-server")
+		->check(CLI::IsMember(strategy_names()));
+	app.add_option("--ps-ranks", c.ps_ranks,
+		       "parameter-server: 0 places the variables on every rank; K > 0 makes ranks 0..K-1 servers only");
+	app.add_option("--ema-decay", c.ema_decay,
+		       "Keep moving averages of the variables with this decay in [0, 1) and evaluate them too");
+}
+
+// The options that configure the replicated strategy's all-reduce; other strategies refuse them.
+const char* const replicated_only[] = {"--allreduce", "--fusion-mb", "--overlap", "--shard-update", "--groups"};
+
+int run_training(World& world, const TrainConfig& c)
+{
+	const Topology topology(world.comm(), ranks_per_node_setting(c.ranks_per_node));
+	const Device device = assign_device(topology, probe_gpu_runtime(), parse_device_preference(c.device));
+	const TrainerConfig config = trainer_config(c, world.size(), device);
+	const Dataset train = load_fashion_mnist_agreed(world.comm(), c.data_dir, Split::train);
+	const Dataset test = c.eval_every > 0 ? load_fashion_mnist_agreed(world.comm(), c.data_dir, Split::test) : Dataset{};
+	ModelConfig model_config = c.model;
+	model_config.precision = parse_precision(c.precision);
+	const auto model = make_model(model_config, device);
+	Trainer trainer(topology, device, *model, train, test, config);
+	trainer.run();
+	return 0;
+}
+
 } // namespace
 
 Command add_train_command(CLI::App& parent)
@@ -81,7 +111,13 @@ Command add_train_command(CLI::App& parent)
 	add_optimizer_options(*app, *config);
 	add_run_options(*app, *config);
 	add_precision_options(*app, *config);
-	return {app, [config](World& world) { return run_training(world, *config); }};
+	add_strategy_options(*app, *config);
+	return {app, [config, app](World& world) {
+		for (const char* name : replicated_only)
+			if (app->count(name) > 0)
+				config->replicated_only_given.push_back(name);
+		return run_training(world, *config);
+	}};
 }
 
 } // namespace tower::cli

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "models/model_factory.h"
 #include "optim/optimizer.h"
@@ -37,6 +38,11 @@ struct TrainConfig {
 	double loss_scale_init = 64.0, loss_scale_inc = 0.0005, loss_scale_dec = 1.0; // log2 policy
 	int accumulate = 1;
 	std::string inject_nonfinite; // "STEP[:RANK]"
+	std::string strategy = "replicated";
+	int ps_ranks = 0;
+	std::optional<double> ema_decay;
+	// Replicated-only options given on the command line, so another strategy can refuse them.
+	std::vector<std::string> replicated_only_given;
 };
 
 } // namespace tower::cli

@@ -88,7 +88,9 @@ public:
 	uint64_t check_replicas() const;
 
 	const BucketPlan& plan() const { return plan_; }
-	size_t bytes_per_step() const;
+	size_t bytes_per_step() const; // the f32 gradient bytes one step reduces
+	// The bytes that travel per step: bytes_per_step(), or its 16-bit size when compressing.
+	size_t bytes_moved_per_step() const;
 	int group_size() const { return all_reduce_->group_size(); }
 	AllReduceMode mode() const { return all_reduce_->mode(); }
 	const LossScaler& loss_scaler() const { return loss_scaler_; }

@@ -1,5 +1,5 @@
 // Rank 0's view of a training run: a live line on a terminal, plain periodic lines otherwise.
-#include "cli/progress.h"
+#include "runtime/progress.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -9,7 +9,7 @@
 
 #include <fmt/format.h>
 
-namespace tower::cli {
+namespace tower {
 
 namespace {
 
@@ -66,4 +66,4 @@ void Progress::say(const std::string& line)
 	std::fflush(stdout);
 }
 
-} // namespace tower::cli
+} // namespace tower

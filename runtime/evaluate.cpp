@@ -1,5 +1,5 @@
 // Test-set evaluation split across the ranks, with the totals summed over all of them.
-#include "cli/evaluate.h"
+#include "runtime/evaluate.h"
 
 #include <map>
 #include <numeric>
@@ -8,13 +8,14 @@
 #include "models/data/batch_assembler.h"
 #include "runtime/base/mpi_check.h"
 
-namespace tower::cli {
+namespace tower {
 
-EvalResult evaluate_test_set(ReplicatedBuilder& builder, const Dataset& test, int64_t batch, const Device& device,
-			     const Topology& topology)
+EvalResult evaluate_test_set(Strategy& strategy, const Dataset& test, int64_t batch, const Device& device,
+			     MPI_Comm comm)
 {
-	const int64_t begin = test.count * topology.rank() / topology.size();
-	const int64_t end = test.count * (topology.rank() + 1) / topology.size();
+	const int64_t w = strategy.worker_index(), workers = strategy.workers();
+	const int64_t begin = w < 0 ? 0 : test.count * w / workers;
+	const int64_t end = w < 0 ? 0 : test.count * (w + 1) / workers;
 	std::vector<int64_t> indices(static_cast<size_t>(end - begin));
 	std::iota(indices.begin(), indices.end(), begin);
 
@@ -26,11 +27,11 @@ EvalResult evaluate_test_set(ReplicatedBuilder& builder, const Dataset& test, in
 		auto it = assemblers.try_emplace(n, test, n, device).first;
 		const Batch& b = it->second.assemble(std::span<const int64_t>(indices).subspan(static_cast<size_t>(at),
 											   static_cast<size_t>(n)));
-		const ForwardResult r = builder.evaluate(b.images, b.labels);
+		const ForwardResult r = strategy.evaluate(b.images, b.labels);
 		totals[0] += static_cast<double>(r.loss) * static_cast<double>(n);
 		totals[1] += static_cast<double>(r.correct);
 	}
-	TOWER_MPI(MPI_Allreduce(MPI_IN_PLACE, totals, 2, MPI_DOUBLE, MPI_SUM, topology.world()));
+	TOWER_MPI(MPI_Allreduce(MPI_IN_PLACE, totals, 2, MPI_DOUBLE, MPI_SUM, comm));
 	EvalResult result;
 	result.samples = test.count;
 	result.loss = test.count ? totals[0] / static_cast<double>(test.count) : 0;
@@ -38,4 +39,4 @@ EvalResult evaluate_test_set(ReplicatedBuilder& builder, const Dataset& test, in
 	return result;
 }
 
-} // namespace tower::cli
+} // namespace tower

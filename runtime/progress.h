@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-namespace tower::cli {
+namespace tower {
 
 struct ProgressState {
 	int epoch = 0; // 1-based
@@ -34,4 +34,4 @@ private:
 // True when standard output is a terminal.
 bool stdout_is_terminal();
 
-} // namespace tower::cli
+} // namespace tower

@@ -1,0 +1,127 @@
+// Turns `tower train`'s parsed flags into the library's trainer configuration.
+#include "cli/train_options.h"
+
+#include <sstream>
+
+#include <fmt/ranges.h>
+
+#include "runtime/base/error.h"
+
+namespace tower::cli {
+
+namespace {
+
+// "0,1;2,3" -> {{0, 1}, {2, 3}}; the assignment itself is validated by the all-reduce.
+GroupAssignment parse_groups(const std::string& text)
+{
+	GroupAssignment groups;
+	if (text.empty())
+		return groups;
+	std::stringstream all(text);
+	for (std::string group; std::getline(all, group, ';');) {
+		groups.emplace_back();
+		std::stringstream members(group);
+		for (std::string member; std::getline(members, member, ',');) {
+			size_t used = 0;
+			int rank = -1;
+			try {
+				rank = std::stoi(member, &used);
+			} catch (const std::exception&) {
+				used = 0;
+			}
+			if (used == 0 || used != member.size())
+				throw AgreedError(fmt::format("--groups '{}': '{}' is not a rank number; write groups "
+							      "as comma-separated ranks separated by ';', e.g. '0,1;2,3'",
+							      text, member));
+			groups.back().push_back(rank);
+		}
+	}
+	return groups;
+}
+
+// "STEP[:RANK]", STEP counted from 1 as the logs count it; RANK defaults to 0.
+void parse_injection(const std::string& text, int world_size, ReplicatedOptions* o)
+{
+	const auto colon = text.find(':');
+	long long step = 0, rank = 0;
+	size_t used = 0;
+	try {
+		step = std::stoll(text.substr(0, colon), &used);
+		if (used != (colon == std::string::npos ? text.size() : colon))
+			used = 0;
+		if (used && colon != std::string::npos) {
+			const std::string r = text.substr(colon + 1);
+			rank = std::stoll(r, &used);
+			if (used != r.size())
+				used = 0;
+		}
+	} catch (const std::exception&) {
+		used = 0;
+	}
+	if (!used || step < 1 || rank < 0 || rank >= world_size)
+		throw AgreedError(fmt::format("--inject-nonfinite '{}': write STEP[:RANK] with STEP >= 1 and RANK below "
+					      "the {} ranks of this job", text, world_size));
+	o->inject_nonfinite_step = step - 1;
+	o->inject_nonfinite_rank = static_cast<int>(rank);
+}
+
+ReplicatedOptions replicated_options(const TrainConfig& c, int world_size, const Device& device)
+{
+	ReplicatedOptions o;
+	// auto: NCCL's ring on GPUs; on the CPU the hierarchical mode, whose steps inside a node
+	// read the peers' buffers through shared memory.
+	o.mode = c.allreduce == "auto" ? (device.is_cuda() ? AllReduceMode::ring : AllReduceMode::hierarchical)
+				       : parse_all_reduce_mode(c.allreduce);
+	o.reduce = parse_reduce_op(c.reduce);
+	if (o.reduce != ReduceOp::mean && o.reduce != ReduceOp::sum)
+		throw AgreedError(fmt::format("--reduce {}: gradients are reduced by mean or sum", c.reduce));
+	o.fusion_mb = c.fusion_mb;
+	o.overlap = c.overlap;
+	o.shard_update = c.shard_update;
+	o.groups = parse_groups(c.groups);
+	o.compress = c.compress == "none" ? DType::f32 : parse_precision(c.compress);
+	LossScaleOptions tuning;
+	tuning.log2_init = c.loss_scale_init;
+	tuning.log2_inc = c.loss_scale_inc;
+	tuning.log2_dec = c.loss_scale_dec;
+	o.loss_scale = parse_loss_scale(c.loss_scale, tuning);
+	if (!c.inject_nonfinite.empty())
+		parse_injection(c.inject_nonfinite, world_size, &o);
+	return o;
+}
+
+} // namespace
+
+TrainerConfig trainer_config(const TrainConfig& c, int world_size, const Device& device)
+{
+	if (c.strategy != "replicated" && !c.replicated_only_given.empty())
+		throw AgreedError(fmt::format("{}: only the replicated strategy all-reduces gradients, so {} does not "
+					      "apply to --strategy {}; drop it",
+					      fmt::join(c.replicated_only_given, ", "),
+					      c.replicated_only_given.size() == 1 ? "it" : "they", c.strategy));
+	TrainerConfig t;
+	t.optimizer = c.optimizer;
+	t.schedule = c.schedule;
+	t.strategy.name = c.strategy;
+	t.strategy.replicated = replicated_options(c, world_size, device);
+	t.strategy.ps_ranks = c.ps_ranks;
+	t.strategy.ema_decay = c.ema_decay;
+	t.epochs = c.epochs;
+	t.batch = c.batch;
+	t.accumulate = c.accumulate;
+	t.max_steps = c.max_steps;
+	t.data_seed = c.model.seed;
+	t.log_every = c.log_every;
+	t.eval_every = c.eval_every;
+	t.check_every = c.check_every;
+	t.metrics_path = c.metrics_path;
+	t.labels = {{"model", c.model.name},
+		    {"precision", c.precision},
+		    {"compress", c.compress},
+		    {"allreduce", c.strategy == "replicated" ? std::string(all_reduce_mode_name(t.strategy.replicated.mode)) : std::string("none")}};
+	if (c.ema_decay)
+		t.labels["ema_decay"] = *c.ema_decay;
+	return t;
+}
+
+} // namespace tower::cli

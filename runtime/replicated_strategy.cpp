@@ -1,0 +1,93 @@
+// The replicated strategy: every rank holds the whole model and optimizer, kept in lock-step by
+// the replicated-mode builder's fused all-reduce.
+#include "runtime/replicated_strategy.h"
+
+#include "runtime/base/error.h"
+
+namespace tower {
+
+namespace {
+
+std::vector<NamedTensor> parameter_values(Model& model)
+{
+	std::vector<NamedTensor> out;
+	for (Parameter* p : model.parameters())
+		out.push_back({p->name, p->value});
+	return out;
+}
+
+size_t per_element_state_bytes(Optimizer& optimizer)
+{
+	// The step counter is one scalar per optimizer, not state that grows with the model.
+	size_t total = 0;
+	for (const NamedTensor& s : optimizer.state())
+		if (s.tensor.dtype() == DType::f32)
+			total += s.tensor.bytes();
+	return total;
+}
+
+} // namespace
+
+ReplicatedStrategy::ReplicatedStrategy(const Topology& topology, const Device& device, Model& model,
+				       const OptimizerConfig& optimizer, const StrategyOptions& options)
+	: rank_(topology.rank()), world_size_(topology.size()), model_(model),
+	  optimizer_(make_optimizer(optimizer, model.parameters())),
+	  builder_(std::make_unique<ReplicatedBuilder>(topology, device, model, *optimizer_, options.replicated))
+{
+	// The builder has made every replica rank 0's, so the averages start equal everywhere.
+	if (options.ema_decay)
+		averages_ = std::make_unique<VariableAverages>(*options.ema_decay, parameter_values(model_));
+}
+
+ForwardResult ReplicatedStrategy::accumulate(const Tensor& images, const Tensor& labels)
+{
+	return builder_->accumulate(images, labels);
+}
+
+StepStats ReplicatedStrategy::step(const Tensor& images, const Tensor& labels, float lr)
+{
+	const StepStats stats = builder_->step(images, labels, lr);
+	if (averages_ && !stats.skipped)
+		averages_->update();
+	return stats;
+}
+
+ForwardResult ReplicatedStrategy::evaluate(const Tensor& images, const Tensor& labels)
+{
+	return builder_->evaluate(images, labels);
+}
+
+void ReplicatedStrategy::use_averages(bool averaged)
+{
+	TOWER_CHECK(averages_ != nullptr, "use_averages({}) without --ema-decay: no averages are kept", averaged);
+	averages_->swap_in(averaged);
+}
+
+std::vector<NamedTensor> ReplicatedStrategy::variables()
+{
+	auto out = builder_->variables();
+	if (averages_)
+		for (auto& s : averages_->state())
+			out.push_back(s);
+	return out;
+}
+
+StrategyFacts ReplicatedStrategy::facts() const
+{
+	StrategyFacts f;
+	f.name = "replicated";
+	f.transport = std::string(all_reduce_mode_name(builder_->mode())) + " all-reduce";
+	for (const NamedTensor& p : builder_->parameter_tensors())
+		f.parameter_bytes += p.tensor.bytes();
+	f.optimizer_state_bytes = per_element_state_bytes(*optimizer_);
+	f.gradient_bytes_per_step = builder_->bytes_per_step();
+	f.moved_bytes_per_step = builder_->bytes_moved_per_step();
+	f.buckets = builder_->plan().buckets.size();
+	f.update_is_sharded = builder_->update_is_sharded();
+	f.details = {{"max_optimizer_state_bytes", f.optimizer_state_bytes}};
+	if (averages_)
+		f.details["ema_bytes"] = averages_->bytes();
+	return f;
+}
+
+} // namespace tower

@@ -1,0 +1,38 @@
+// The replicated strategy: every rank holds the whole model and optimizer, kept in lock-step by
+// the replicated-mode builder's fused all-reduce.
+#pragma once
+
+#include <memory>
+
+#include "runtime/replicated_builder.h"
+#include "runtime/strategy.h"
+#include "runtime/variable_averages.h"
+
+namespace tower {
+
+class ReplicatedStrategy final : public Strategy {
+public:
+	ReplicatedStrategy(const Topology& topology, const Device& device, Model& model,
+			   const OptimizerConfig& optimizer, const StrategyOptions& options);
+
+	int worker_index() const override { return rank_; }
+	int workers() const override { return world_size_; }
+	ForwardResult accumulate(const Tensor& images, const Tensor& labels) override;
+	StepStats step(const Tensor& images, const Tensor& labels, float lr) override;
+	ForwardResult evaluate(const Tensor& images, const Tensor& labels) override;
+	bool has_averages() const override { return averages_ != nullptr; }
+	void use_averages(bool averaged) override;
+	std::vector<NamedTensor> variables() override;
+	uint64_t check_replicas() const override { return builder_->check_replicas(); }
+	const LossScaler& loss_scaler() const override { return builder_->loss_scaler(); }
+	StrategyFacts facts() const override;
+
+private:
+	int rank_, world_size_;
+	Model& model_;
+	std::unique_ptr<Optimizer> optimizer_;
+	std::unique_ptr<ReplicatedBuilder> builder_; // after optimizer_: it binds the optimizer's state
+	std::unique_ptr<VariableAverages> averages_;
+};
+
+} // namespace tower

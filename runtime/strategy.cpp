@@ -1,0 +1,35 @@
+// The strategy factory: turns a name and its options into a way of training.
+#include "runtime/strategy.h"
+
+#include <fmt/ranges.h>
+
+#include "runtime/base/error.h"
+#include "runtime/parameter_server.h"
+#include "runtime/replicated_strategy.h"
+#include "runtime/variable_averages.h"
+
+namespace tower {
+
+std::vector<std::string> strategy_names()
+{
+	return {"replicated", "parameter-server"};
+}
+
+std::unique_ptr<Strategy> make_strategy(const Topology& topology, const Device& device, Model& model,
+					const OptimizerConfig& optimizer, const StrategyOptions& options)
+{
+	if (options.ema_decay)
+		VariableAverages::check_decay(*options.ema_decay);
+	if (options.name == "replicated") {
+		if (options.ps_ranks != 0)
+			throw AgreedError(fmt::format("--ps-ranks {}: server ranks belong to the parameter-server strategy; "
+						      "add --strategy parameter-server or drop --ps-ranks", options.ps_ranks));
+		return std::make_unique<ReplicatedStrategy>(topology, device, model, optimizer, options);
+	}
+	if (options.name == "parameter-server")
+		return std::make_unique<ParameterServerStrategy>(topology, device, model, optimizer, options);
+	throw AgreedError(fmt::format("--strategy {}: unknown; the strategies are {}", options.name,
+				      fmt::join(strategy_names(), ", ")));
+}
+
+} // namespace tower

@@ -1,0 +1,92 @@
+// The interface every way of training implements, the options that choose one, and its factory.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "models/model.h"
+#include "optim/loss_scale.h"
+#include "optim/optimizer.h"
+#include "runtime/base/named_tensor.h"
+#include "runtime/base/topology.h"
+#include "runtime/replicated_builder.h"
+
+namespace tower {
+
+struct StrategyOptions {
+	std::string name = "replicated"; // replicated | parameter-server
+	// Reduction, compression, loss scaling and fault injection apply to every strategy; the
+	// all-reduce mode, fusion, overlap, subgroups and the node-sharded update to replicated only.
+	ReplicatedOptions replicated;
+	// parameter-server: 0 places the variables on every rank, which also trains; K > 0 makes
+	// ranks 0..K-1 servers that only hold variables and apply updates.
+	int ps_ranks = 0;
+	// Moving averages of the variables after each applied update (every strategy); none when unset.
+	std::optional<double> ema_decay;
+};
+
+// The names make_strategy knows, for help texts and errors.
+std::vector<std::string> strategy_names();
+
+// What a strategy holds on this rank, for the summary and metrics.
+struct StrategyFacts {
+	std::string name;
+	std::string transport;              // "hierarchical all-reduce", "reduce to owners", ...
+	size_t parameter_bytes = 0;         // parameter values this rank holds
+	size_t optimizer_state_bytes = 0;   // per-element optimizer state this rank holds
+	size_t gradient_bytes_per_step = 0; // f32 gradient bytes one step reduces
+	size_t moved_bytes_per_step = 0;    // bytes that travel per step, in the transport type
+	size_t buckets = 0;                 // fused messages per step
+	bool update_is_sharded = false;     // replicated: the node's replicas split the update
+	nlohmann::json details;             // strategy-specific: placement, server ranks, ...
+	std::string layout;                 // where the variables live, for people; may be empty
+};
+
+class Strategy {
+public:
+	virtual ~Strategy() = default;
+
+	// False on a rank that only serves variables: it joins every collective but has no batch.
+	virtual bool is_worker() const { return true; }
+	// This rank's position among the workers (-1 on a server), and their number.
+	virtual int worker_index() const = 0;
+	virtual int workers() const = 0;
+
+	// Forward and backward of one micro-batch, summing the gradients locally with no
+	// communication; the next step() adds its own and divides by the micro-batch count.
+	virtual ForwardResult accumulate(const Tensor& images, const Tensor& labels) = 0;
+	// Collective: one training step on this rank's (last) micro-batch with learning rate `lr`.
+	// A server rank passes empty tensors. Skipped on every rank alike when a gradient is inf or NaN.
+	virtual StepStats step(const Tensor& images, const Tensor& labels, float lr) = 0;
+	// Forward only on a worker, with the variables the model holds now.
+	virtual ForwardResult evaluate(const Tensor& images, const Tensor& labels) = 0;
+
+	// Collective: whether moving averages are kept, and swapping them into the workers' models
+	// (true) or the trained weights back (false), for evaluating the averaged model.
+	virtual bool has_averages() const = 0;
+	virtual void use_averages(bool averaged) = 0;
+
+	// This rank's share of the training state, by name, sharing memory: parameters, optimizer
+	// state, loss-scale state and averages. What a checkpoint saves.
+	virtual std::vector<NamedTensor> variables() = 0;
+
+	// Collective: the parameters' hash, equal on every rank that must hold the same model, or
+	// tower::AgreedError naming the ranks and the first tensor that differ.
+	virtual uint64_t check_replicas() const = 0;
+
+	virtual const LossScaler& loss_scaler() const = 0;
+	virtual StrategyFacts facts() const = 0;
+};
+
+// Collective over the topology's world: builds `options.name` for `model` (which must outlive
+// it) with an optimizer from `optimizer`. Every rank leaves with the same starting variables.
+// Bad or inapplicable options throw tower::AgreedError naming them (every rank passes the same).
+std::unique_ptr<Strategy> make_strategy(const Topology& topology, const Device& device, Model& model,
+					const OptimizerConfig& optimizer, const StrategyOptions& options);
+
+} // namespace tower

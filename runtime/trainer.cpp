@@ -1,0 +1,358 @@
+// The training loop every program shares: data order, schedule, steps through a strategy,
+// logging, metrics, evaluation and replica checks.
+#include "runtime/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+#include "models/data/batch_assembler.h"
+#include "models/data/sampler.h"
+#include "runtime/base/agree.h"
+#include "runtime/base/error.h"
+#include "runtime/base/memory.h"
+#include "runtime/base/mpi_check.h"
+#include "runtime/evaluate.h"
+#include "runtime/metrics_log.h"
+#include "runtime/progress.h"
+
+namespace tower {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t)
+{
+	return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// Rank 0 opens the metrics file; a failure there becomes an error on every rank.
+MetricsLog open_metrics(MPI_Comm comm, int rank, const std::string& path)
+{
+	MetricsLog log;
+	std::string problem;
+	if (rank == 0 && !path.empty()) {
+		try {
+			log = MetricsLog(path);
+		} catch (const Error& e) {
+			problem = e.what();
+		}
+	}
+	agree(comm, problem);
+	return log;
+}
+
+// Optimizer steps in one epoch: each consumes `accumulate` of the sampler's micro-batches.
+int64_t updates_per_epoch(const TrainerConfig& c, int64_t micro_steps_per_epoch)
+{
+	const int64_t n = micro_steps_per_epoch / c.accumulate;
+	if (n < 1)
+		throw AgreedError(fmt::format("--accumulate {} needs {} micro-batches per update but an epoch has only {}; "
+					      "lower --accumulate or --batch", c.accumulate, c.accumulate, micro_steps_per_epoch));
+	return n;
+}
+
+int64_t planned_steps(const TrainerConfig& c, int64_t micro_steps_per_epoch)
+{
+	const int64_t all = updates_per_epoch(c, micro_steps_per_epoch) * c.epochs;
+	return c.max_steps > 0 ? std::min(all, c.max_steps) : all;
+}
+
+ScheduleConfig schedule_for(const TrainerConfig& c, int64_t total_steps)
+{
+	ScheduleConfig s = c.schedule;
+	if (s.total_steps == 0)
+		s.total_steps = total_steps;
+	return s;
+}
+
+int64_t max_over_ranks(MPI_Comm comm, int64_t value)
+{
+	TOWER_MPI(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT64_T, MPI_MAX, comm));
+	return value;
+}
+
+int64_t sum_over_ranks(MPI_Comm comm, int64_t value)
+{
+	TOWER_MPI(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT64_T, MPI_SUM, comm));
+	return value;
+}
+
+// Sums of one logging window on this rank.
+struct Window {
+	int64_t updates = 0, worker_steps = 0, skipped = 0, finite_norms = 0;
+	double loss = 0, compute_s = 0, allreduce_s = 0, hidden_s = 0, grad_norm = 0;
+	Clock::time_point start = Clock::now();
+};
+
+struct Evaluation {
+	EvalResult raw, averaged;
+	bool done = false, has_averaged = false;
+};
+
+} // namespace
+
+// Everything one run needs, built in dependency order.
+class Trainer::Run {
+public:
+	Run(const Topology& topology, const Device& device, Model& model, const Dataset& train, const Dataset& test,
+	    const TrainerConfig& c);
+	nlohmann::json run();
+	Strategy& strategy() { return *strategy_; }
+
+private:
+	void train_step(int epoch, int64_t update_in_epoch);
+	void record(const StepStats& s, double took);
+	void log_window();
+	void evaluate(int epoch);
+	nlohmann::json finish();
+	nlohmann::json strategy_metrics() const;
+	int64_t samples_per_step() const { return c_.batch * c_.accumulate * strategy_->workers(); }
+
+	TrainerConfig c_;
+	const Topology& topology_;
+	Device device_;
+	MetricsLog metrics_;
+	const Dataset& train_;
+	const Dataset& test_;
+	std::unique_ptr<Strategy> strategy_;
+	StrategyFacts facts_;
+	DistributedSampler sampler_;
+	BatchAssembler assembler_;
+	int64_t total_steps_;
+	LrSchedule schedule_;
+	Progress progress_;
+	int64_t step_ = 0;
+	int epoch_ = 0;
+	float lr_ = 0;
+	Window window_;
+	double train_s_ = 0, compute_s_ = 0, allreduce_s_ = 0;
+	int64_t skipped_ = 0;
+	size_t peak_memory_ = 0;
+	Evaluation last_eval_;
+};
+
+Trainer::Run::Run(const Topology& topology, const Device& device, Model& model, const Dataset& train,
+		  const Dataset& test, const TrainerConfig& c)
+	: c_(c), topology_(topology), device_(device), metrics_(open_metrics(topology.world(), topology.rank(), c.metrics_path)),
+	  train_(train), test_(test), strategy_(make_strategy(topology, device, model, c.optimizer, c.strategy)),
+	  facts_(strategy_->facts()),
+	  sampler_(train.count, c.batch, std::max(strategy_->worker_index(), 0), strategy_->workers(), c.data_seed),
+	  assembler_(train, c.batch, device), total_steps_(planned_steps(c, sampler_.steps_per_epoch())),
+	  schedule_(make_schedule(schedule_for(c, total_steps_))),
+	  progress_(topology.rank() == 0, stdout_is_terminal())
+{
+}
+
+void Trainer::Run::train_step(int epoch, int64_t update_in_epoch)
+{
+	lr_ = schedule_.lr(step_);
+	const auto start = Clock::now();
+	StepStats s;
+	if (strategy_->is_worker()) {
+		const int64_t first = update_in_epoch * c_.accumulate;
+		for (int64_t m = first; m + 1 < first + c_.accumulate; ++m) {
+			const Batch& micro = assembler_.assemble(sampler_.shard(epoch, m));
+			strategy_->accumulate(micro.images, micro.labels);
+		}
+		const Batch& batch = assembler_.assemble(sampler_.shard(epoch, first + c_.accumulate - 1));
+		s = strategy_->step(batch.images, batch.labels, lr_);
+	} else {
+		s = strategy_->step(Tensor{}, Tensor{}, lr_);
+	}
+	record(s, seconds_since(start));
+	if (step_ % c_.log_every == 0 || step_ == total_steps_)
+		log_window();
+	if (c_.check_every > 0 && step_ % c_.check_every == 0)
+		strategy_->check_replicas();
+}
+
+void Trainer::Run::record(const StepStats& s, double took)
+{
+	++step_;
+	train_s_ += took;
+	compute_s_ += s.compute_s;
+	allreduce_s_ += s.allreduce_s;
+	skipped_ += s.skipped ? 1 : 0;
+	// A server has no batch: its steps count for time but not for the loss.
+	window_.updates += 1;
+	window_.worker_steps += strategy_->is_worker() ? 1 : 0;
+	window_.skipped += s.skipped ? 1 : 0;
+	window_.loss += s.forward.loss;
+	window_.compute_s += s.compute_s;
+	window_.allreduce_s += s.allreduce_s;
+	window_.hidden_s += s.allreduce_s * s.hidden_fraction;
+	if (std::isfinite(s.grad_norm)) {
+		window_.grad_norm += s.grad_norm;
+		window_.finite_norms += 1;
+	}
+}
+
+nlohmann::json Trainer::Run::strategy_metrics() const
+{
+	return {{"strategy", facts_.name},
+		{"parameter_bytes", facts_.parameter_bytes},
+		{"optimizer_state_bytes", facts_.optimizer_state_bytes}};
+}
+
+void Trainer::Run::log_window()
+{
+	double sums[2] = {window_.loss, static_cast<double>(window_.worker_steps)};
+	TOWER_MPI(MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, topology_.world()));
+	const double loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0;
+	const double elapsed = seconds_since(window_.start);
+	const auto window_steps = static_cast<double>(window_.updates);
+	const double samples_per_s = window_steps * static_cast<double>(samples_per_step()) / std::max(elapsed, 1e-9);
+	const double allreduce_ms = 1e3 * window_.allreduce_s / window_steps;
+	const double grad_norm = window_.finite_norms ? window_.grad_norm / static_cast<double>(window_.finite_norms)
+						      : std::numeric_limits<double>::quiet_NaN();
+	const double overflow_frequency = static_cast<double>(window_.skipped) / window_steps;
+	peak_memory_ = std::max(peak_memory_, peak_memory_bytes(device_));
+	ProgressState p;
+	p.epoch = epoch_ + 1;
+	p.epochs = c_.epochs;
+	p.step = step_;
+	p.steps = total_steps_;
+	p.loss = static_cast<float>(loss);
+	p.samples_per_s = samples_per_s;
+	p.eta_s = train_s_ / static_cast<double>(step_) * static_cast<double>(total_steps_ - step_);
+	p.extra = fmt::format("lr {:.4g}  |g| {:.3g}  scale 2^{:.2f}  skipped {}  comm {:.2f} ms/step", lr_, grad_norm,
+			      strategy_->loss_scaler().log2_scale(), skipped_, allreduce_ms);
+	progress_.update(p);
+	nlohmann::json line = {{"event", "step"},
+			       {"step", step_},
+			       {"epoch", epoch_ + 1},
+			       {"loss", loss},
+			       {"lr", lr_},
+			       {"samples_per_s", samples_per_s},
+			       {"allreduce_ms", allreduce_ms},
+			       {"allreduce_bytes", facts_.moved_bytes_per_step},
+			       {"compute_ms", 1e3 * window_.compute_s / window_steps},
+			       {"hidden_fraction", window_.allreduce_s > 0 ? window_.hidden_s / window_.allreduce_s : 0.0},
+			       {"grad_norm", std::isfinite(grad_norm) ? nlohmann::json(grad_norm) : nlohmann::json()},
+			       {"loss_scale_log2", strategy_->loss_scaler().log2_scale()},
+			       {"overflow_frequency", overflow_frequency},
+			       {"skipped_steps", skipped_},
+			       {"peak_memory_bytes", peak_memory_}};
+	line.update(strategy_metrics());
+	metrics_.write(line);
+	window_ = Window{};
+}
+
+void Trainer::Run::evaluate(int epoch)
+{
+	const auto start = Clock::now();
+	last_eval_.raw = evaluate_test_set(*strategy_, test_, c_.batch, device_, topology_.world());
+	last_eval_.done = true;
+	std::string averaged_text;
+	nlohmann::json line = {{"event", "eval"},
+			       {"step", step_},
+			       {"epoch", epoch + 1},
+			       {"test_accuracy", last_eval_.raw.accuracy},
+			       {"test_loss", last_eval_.raw.loss}};
+	if (strategy_->has_averages()) {
+		strategy_->use_averages(true);
+		last_eval_.averaged = evaluate_test_set(*strategy_, test_, c_.batch, device_, topology_.world());
+		strategy_->use_averages(false);
+		last_eval_.has_averaged = true;
+		averaged_text = fmt::format("  averaged {:.2f}%", 100.0 * last_eval_.averaged.accuracy);
+		line["test_accuracy_ema"] = last_eval_.averaged.accuracy;
+		line["test_loss_ema"] = last_eval_.averaged.loss;
+	}
+	progress_.say(fmt::format("epoch {}: test accuracy {:.2f}%  test loss {:.4f}{}", epoch + 1,
+				  100.0 * last_eval_.raw.accuracy, last_eval_.raw.loss, averaged_text));
+	metrics_.write(line);
+	window_.start += Clock::now() - start; // evaluation time is not training throughput
+}
+
+nlohmann::json Trainer::Run::finish()
+{
+	const uint64_t hash = strategy_->check_replicas();
+	const double samples_per_s = static_cast<double>(step_ * samples_per_step()) / std::max(train_s_, 1e-9);
+	peak_memory_ = std::max(peak_memory_, peak_memory_bytes(device_));
+	const auto state_bytes = static_cast<int64_t>(facts_.optimizer_state_bytes);
+	nlohmann::json summary = c_.labels;
+	summary.update({
+		{"event", "summary"},
+		{"world_size", topology_.size()},
+		{"workers", strategy_->workers()},
+		{"transport", facts_.transport},
+		{"steps", step_},
+		{"global_batch", samples_per_step()},
+		{"accumulate", c_.accumulate},
+		{"skipped_steps", skipped_},
+		{"loss_scale_log2", strategy_->loss_scaler().log2_scale()},
+		{"peak_memory_bytes", peak_memory_},
+		{"samples_per_s", samples_per_s},
+		{"train_s", train_s_},
+		{"compute_s", compute_s_},
+		{"allreduce_s", allreduce_s_},
+		{"allreduce_bytes_per_step", facts_.moved_bytes_per_step},
+		{"gradient_bytes_per_step", facts_.gradient_bytes_per_step},
+		{"buckets", facts_.buckets},
+		{"sharded_update", facts_.update_is_sharded},
+		{"max_optimizer_state_bytes", max_over_ranks(topology_.world(), state_bytes)},
+		{"total_optimizer_state_bytes", sum_over_ranks(topology_.world(), state_bytes)},
+		{"replica_hash", fmt::format("{:016x}", hash)},
+		{"test_accuracy", last_eval_.done ? nlohmann::json(last_eval_.raw.accuracy) : nlohmann::json()},
+		{"test_loss", last_eval_.done ? nlohmann::json(last_eval_.raw.loss) : nlohmann::json()},
+	});
+	summary.update(strategy_metrics());
+	summary.update(facts_.details);
+	if (strategy_->has_averages())
+		summary["test_accuracy_ema"] =
+			last_eval_.has_averaged ? nlohmann::json(last_eval_.averaged.accuracy) : nlohmann::json();
+	metrics_.write(summary);
+	metrics_.finish();
+	progress_.say(fmt::format(
+		"done: {} steps ({} skipped) on {} rank(s), {} strategy, {:.0f} samples/s, test accuracy {}, compute {:.1f} s, "
+		"communication {:.1f} s ({:.2f} MB in {} message(s) per step), replicas identical (hash {:016x})",
+		step_, skipped_, topology_.size(), facts_.name, samples_per_s,
+		last_eval_.done ? fmt::format("{:.2f}%", 100.0 * last_eval_.raw.accuracy) : std::string("not measured"),
+		compute_s_, allreduce_s_, static_cast<double>(facts_.moved_bytes_per_step) / 1e6, facts_.buckets, hash));
+	return summary;
+}
+
+nlohmann::json Trainer::Run::run()
+{
+	progress_.say(fmt::format("tower train: {} strategy on {} rank(s) ({} worker(s), {}), global batch {}{}, {} steps, {}{}",
+				  facts_.name, topology_.size(), strategy_->workers(), device_.name(), samples_per_step(),
+				  c_.accumulate > 1 ? fmt::format(" ({} micro-batches)", c_.accumulate) : std::string(),
+				  total_steps_, facts_.transport,
+				  facts_.update_is_sharded ? " (update sharded across the node)" : ""));
+	if (!facts_.layout.empty())
+		progress_.say(facts_.layout);
+	if (facts_.details.contains("placement"))
+		metrics_.write({{"event", "placement"}, {"placement", facts_.details["placement"]}});
+	for (epoch_ = 0; epoch_ < c_.epochs && step_ < total_steps_; ++epoch_) {
+		const int64_t updates = updates_per_epoch(c_, sampler_.steps_per_epoch());
+		for (int64_t u = 0; u < updates && step_ < total_steps_; ++u)
+			train_step(epoch_, u);
+		const bool last = epoch_ + 1 == c_.epochs || step_ == total_steps_;
+		if (test_.count > 0 && c_.eval_every > 0 && (last || (epoch_ + 1) % c_.eval_every == 0))
+			evaluate(epoch_);
+	}
+	return finish();
+}
+
+Trainer::Trainer(const Topology& topology, const Device& device, Model& model, const Dataset& train,
+		 const Dataset& test, const TrainerConfig& config)
+	: run_(std::make_unique<Run>(topology, device, model, train, test, config))
+{
+}
+
+Trainer::~Trainer() = default;
+
+nlohmann::json Trainer::run()
+{
+	return run_->run();
+}
+
+Strategy& Trainer::strategy()
+{
+	return run_->strategy();
+}
+
+} // namespace tower

@@ -1,0 +1,59 @@
+// The training loop every program shares: data order, schedule, steps through a strategy,
+// logging, metrics, evaluation and replica checks.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "models/data/fashion_mnist.h"
+#include "models/model.h"
+#include "optim/optimizer.h"
+#include "optim/schedule.h"
+#include "runtime/base/device.h"
+#include "runtime/base/topology.h"
+#include "runtime/strategy.h"
+
+namespace tower {
+
+struct TrainerConfig {
+	OptimizerConfig optimizer;
+	ScheduleConfig schedule;  // total_steps 0: the run's planned steps
+	StrategyOptions strategy;
+	int epochs = 2;
+	int64_t batch = 128;      // samples per worker per micro-batch
+	int accumulate = 1;       // micro-batches per update
+	int64_t max_steps = 0;    // 0: run every epoch
+	uint64_t data_seed = 42;  // the order of the training samples
+	int64_t log_every = 50;   // a step line every this many updates
+	int eval_every = 1;       // evaluate every this many epochs and at the end; 0: never
+	int64_t check_every = 100; // compare the replicas' hashes every this many updates; 0: at the end only
+	std::string metrics_path; // JSON lines written by rank 0; empty: none
+	// Written into the summary as they are, so a run's log says what ran.
+	nlohmann::json labels;
+};
+
+// Trains `model` on `train` (and evaluates on `test` when it holds samples). Construction is
+// collective over the topology's world and builds the strategy. The model, the data sets and the
+// topology must outlive the trainer.
+class Trainer {
+public:
+	Trainer(const Topology& topology, const Device& device, Model& model, const Dataset& train, const Dataset& test,
+		const TrainerConfig& config);
+	~Trainer();
+	Trainer(const Trainer&) = delete;
+	Trainer& operator=(const Trainer&) = delete;
+
+	// Collective: runs every planned step and returns the summary rank 0 writes (the same
+	// object on every rank).
+	nlohmann::json run();
+
+	Strategy& strategy();
+
+private:
+	class Run;
+	std::unique_ptr<Run> run_;
+};
+
+} // namespace tower
