@@ -1,0 +1,237 @@
+// The parameter-server strategy against the replicated one, variable averages against a float64
+// recursion, and the strategies' option errors.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "models/data/batch_assembler.h"
+#include "models/data/sampler.h"
+#include "models/model_factory.h"
+#include "runtime/base/error.h"
+#include "runtime/base/mpi_check.h"
+#include "runtime/strategy.h"
+#include "test/harness/mpi_main.h"
+#include "test/runtime/training_fixture.h"
+
+using namespace tower;
+using tower::test::world;
+
+namespace {
+
+constexpr int64_t batch = 8;
+constexpr float lr = 0.05f;
+
+struct Outcome {
+	std::vector<std::vector<float>> parameters; // empty on a server rank
+	float first_loss = 0, last_loss = 0;
+	StrategyFacts facts;
+};
+
+// Trains a small MLP for `steps` updates; every worker takes its shard of the same global batches.
+Outcome train(const Topology& topology, const StrategyOptions& options, const OptimizerConfig& optimizer, int steps,
+	      const std::function<void(Strategy&, Model&, int)>& after_step = {})
+{
+	static const Dataset data = tower::test::synthetic_dataset(1200);
+	const Device cpu;
+	auto model = make_model({"mlp", 32, 1, 7}, cpu);
+	auto strategy = make_strategy(topology, cpu, *model, optimizer, options);
+	DistributedSampler sampler(data.count, batch, std::max(strategy->worker_index(), 0), strategy->workers(), 99);
+	BatchAssembler assembler(data, batch, cpu);
+	Outcome out;
+	for (int s = 0; s < steps; ++s) {
+		StepStats stats;
+		if (strategy->is_worker()) {
+			const Batch& b = assembler.assemble(sampler.shard(s / sampler.steps_per_epoch(), s % sampler.steps_per_epoch()));
+			stats = strategy->step(b.images, b.labels, lr);
+		} else {
+			stats = strategy->step(Tensor{}, Tensor{}, lr);
+		}
+		(s == 0 ? out.first_loss : out.last_loss) = stats.forward.loss;
+		if (after_step)
+			after_step(*strategy, *model, s);
+	}
+	strategy->check_replicas();
+	if (strategy->is_worker())
+		out.parameters = tower::test::parameter_values(*model);
+	out.facts = strategy->facts();
+	return out;
+}
+
+StrategyOptions parameter_server(int ps_ranks)
+{
+	StrategyOptions o;
+	o.name = "parameter-server";
+	o.ps_ranks = ps_ranks;
+	return o;
+}
+
+// The replicated run over the workers alone: the ranks after the first `servers`.
+Outcome replicated_on_workers(int servers, const OptimizerConfig& optimizer, int steps)
+{
+	MPI_Comm workers = MPI_COMM_NULL;
+	TOWER_MPI(MPI_Comm_split(world().comm(), world().rank() >= servers ? 0 : MPI_UNDEFINED, world().rank(), &workers));
+	if (workers == MPI_COMM_NULL)
+		return {};
+	Outcome out;
+	{
+		const Topology topology(workers, std::nullopt);
+		out = train(topology, StrategyOptions{}, optimizer, steps);
+	}
+	MPI_Comm_free(&workers);
+	return out;
+}
+
+void check_same_as_replicated(int servers, const OptimizerConfig& optimizer)
+{
+	CAPTURE(servers);
+	CAPTURE(optimizer.name);
+	const Topology topology(world().comm(), std::nullopt);
+	const Outcome ps = train(topology, parameter_server(servers), optimizer, 50);
+	const Outcome replicated = replicated_on_workers(servers, optimizer, 50);
+	if (world().rank() < servers) {
+		CHECK(ps.parameters.empty());
+		return;
+	}
+	REQUIRE(ps.parameters.size() == replicated.parameters.size());
+	CHECK(tower::test::max_relative_difference(ps.parameters, replicated.parameters) <= 1e-6);
+	// Training happened: a shared no-op would also match.
+	CHECK(ps.last_loss < ps.first_loss);
+}
+
+int64_t sum_over_world(int64_t v)
+{
+	TOWER_MPI(MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_INT64_T, MPI_SUM, world().comm()));
+	return v;
+}
+
+} // namespace
+
+TEST_CASE("parameter-server with every rank an owner matches replicated after 50 steps")
+{
+	for (const char* name : {"momentum", "adam"}) {
+		OptimizerConfig optimizer;
+		optimizer.name = name;
+		check_same_as_replicated(0, optimizer);
+	}
+}
+
+TEST_CASE("parameter-server with dedicated server ranks matches replicated on the workers")
+{
+	for (int servers = 1; servers < world().size(); ++servers)
+		check_same_as_replicated(servers, OptimizerConfig{});
+}
+
+TEST_CASE("the owners' optimizer state adds up to one replica's, and each owner holds only its share")
+{
+	OptimizerConfig adam;
+	adam.name = "adam";
+	const Topology topology(world().comm(), std::nullopt);
+	const Outcome ps = train(topology, parameter_server(0), adam, 1);
+	const Outcome replicated = train(topology, StrategyOptions{}, adam, 1);
+	CHECK(sum_over_world(static_cast<int64_t>(ps.facts.optimizer_state_bytes)) ==
+	      static_cast<int64_t>(replicated.facts.optimizer_state_bytes));
+	CHECK(sum_over_world(static_cast<int64_t>(ps.facts.parameter_bytes)) ==
+	      static_cast<int64_t>(replicated.facts.parameter_bytes));
+	// Adam keeps two f32 values per parameter element.
+	CHECK(ps.facts.optimizer_state_bytes == 2 * ps.facts.parameter_bytes);
+	if (world().size() > 1)
+		CHECK(ps.facts.optimizer_state_bytes < replicated.facts.optimizer_state_bytes);
+}
+
+TEST_CASE("a non-finite gradient skips the parameter-server step on every rank")
+{
+	if (world().size() < 2)
+		return;
+	StrategyOptions o = parameter_server(world().size() > 2 ? 1 : 0);
+	o.replicated.inject_nonfinite_step = 2;
+	o.replicated.inject_nonfinite_rank = world().size() - 1;
+	std::vector<std::vector<float>> before;
+	const Topology topology(world().comm(), std::nullopt);
+	bool skipped_at_2 = false;
+	train(topology, o, OptimizerConfig{}, 4, [&](Strategy& s, Model& m, int step) {
+		(void)s;
+		if (step == 1 && s.is_worker())
+			before = tower::test::parameter_values(m);
+		if (step == 2 && s.is_worker()) {
+			skipped_at_2 = tower::test::parameter_values(m) == before;
+		}
+	});
+	if (world().rank() >= o.ps_ranks)
+		CHECK(skipped_at_2);
+}
+
+TEST_CASE("variable averages follow the float64 recursion, in both strategies")
+{
+	const double decay = 0.9;
+	for (const char* name : {"replicated", "parameter-server"}) {
+		CAPTURE(name);
+		StrategyOptions o;
+		o.name = name;
+		o.ema_decay = decay;
+		std::vector<std::vector<double>> expected;
+		std::vector<std::vector<float>> averaged, trained;
+		const Topology topology(world().comm(), std::nullopt);
+		const Outcome out = train(topology, o, OptimizerConfig{}, 20, [&](Strategy& s, Model& m, int step) {
+			const auto values = tower::test::parameter_values(m);
+			if (step == 0) {
+				// The averages start from the variables before the first update, which the
+				// first step's recursion then folds in; recover them from the first update's
+				// shadow: shadow = D * v0 + (1 - D) * v1.
+				s.use_averages(true);
+				const auto first = tower::test::parameter_values(m);
+				s.use_averages(false);
+				for (size_t t = 0; t < values.size(); ++t) {
+					expected.emplace_back(values[t].size());
+					for (size_t i = 0; i < values[t].size(); ++i)
+						expected[t][i] = first[t][i];
+				}
+				return;
+			}
+			for (size_t t = 0; t < values.size(); ++t)
+				for (size_t i = 0; i < values[t].size(); ++i)
+					expected[t][i] = decay * expected[t][i] + (1 - decay) * values[t][i];
+			if (step == 19) {
+				trained = values;
+				s.use_averages(true);
+				averaged = tower::test::parameter_values(m);
+				s.use_averages(false);
+				// Swapping back restores the trained weights exactly.
+				CHECK(tower::test::parameter_values(m) == trained);
+			}
+		});
+		(void)out;
+		REQUIRE(averaged.size() == expected.size());
+		double worst = 0;
+		for (size_t t = 0; t < expected.size(); ++t)
+			for (size_t i = 0; i < expected[t].size(); ++i)
+				worst = std::max(worst, std::abs(averaged[t][i] - expected[t][i]) / (std::abs(expected[t][i]) + 1e-3));
+		CHECK(worst < 1e-5);
+		CHECK(averaged != trained);
+	}
+}
+
+TEST_CASE("strategy options that cannot apply are errors on every rank")
+{
+	const Topology topology(world().comm(), std::nullopt);
+	const Device cpu;
+	auto model = make_model({"mlp", 16, 1, 7}, cpu);
+	auto make = [&](const StrategyOptions& o) { return make_strategy(topology, cpu, *model, OptimizerConfig{}, o); };
+	StrategyOptions o = parameter_server(world().size());
+	CHECK_THROWS_WITH_AS(make(o), doctest::Contains("--ps-ranks"), AgreedError);
+	o = parameter_server(-1);
+	CHECK_THROWS_WITH_AS(make(o), doctest::Contains("--ps-ranks -1"), AgreedError);
+	o = parameter_server(0);
+	o.replicated.groups = {{0}};
+	CHECK_THROWS_WITH_AS(make(o), doctest::Contains("--groups"), AgreedError);
+	StrategyOptions replicated;
+	replicated.ps_ranks = 1;
+	CHECK_THROWS_WITH_AS(make(replicated), doctest::Contains("--strategy parameter-server"), AgreedError);
+	for (double bad : {-0.1, 1.0, 1.5}) {
+		StrategyOptions e;
+		e.ema_decay = bad;
+		CHECK_THROWS_WITH_AS(make(e), doctest::Contains("--ema-decay"), AgreedError);
+	}
+	StrategyOptions unknown;
+	unknown.name = "gossip";
+	CHECK_THROWS_WITH_AS(make(unknown), doctest::Contains("replicated, parameter-server"), AgreedError);
+}
