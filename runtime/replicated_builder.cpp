@@ -13,6 +13,8 @@
 #include "runtime/base/memory.h"
 #include "runtime/base/mpi_check.h"
 #include "runtime/replica_check.h"
+#include "runtime/sharded_update.h"
+#include "runtime/whole_update.h"
 
 namespace tower {
 
@@ -61,7 +63,11 @@ ReplicatedBuilder::ReplicatedBuilder(const Topology& topology, const Device& dev
 	bind_gradients_to_buckets();
 	if (options_.shard_update && !device_.is_cuda() && compressed_storage_.empty() &&
 	    ShardedUpdate::applies(*all_reduce_, plan_))
-		sharded_ = std::make_unique<ShardedUpdate>(*all_reduce_, plan_, bucket_storage_, parameters_, optimizer_);
+		update_ = std::make_unique<ShardedUpdate>(*all_reduce_, plan_, bucket_storage_, options_.reduce, parameters_,
+							  optimizer_);
+	else
+		update_ = std::make_unique<WholeUpdate>(*all_reduce_, plan_, bucket_storage_, compressed_storage_, device_,
+							options_.reduce, parameters_, optimizer_);
 	// Device tensors and the loss scaler's host tensors travel in separate broadcasts.
 	auto variables_to_sync = parameter_tensors();
 	for (auto& s : optimizer_.state())
@@ -159,22 +165,8 @@ size_t ReplicatedBuilder::bytes_moved_per_step() const
 
 void ReplicatedBuilder::reduce_bucket(size_t b)
 {
-	const Bucket& bucket = plan_.buckets[b];
 	const auto start = Clock::now();
-	if (all_reduce_->group_size() == 1) {
-		// A group of one: the sum and the mean are the gradient itself.
-	} else if (sharded_) {
-		sharded_->reduce(b, options_.reduce);
-	} else if (compressed_storage_.empty()) {
-		all_reduce_->run_in_place(bucket_storage_[b].data(), bucket.count(), bucket.dtype, options_.reduce);
-	} else {
-		// The transport alone is in the lower type: narrow, reduce, widen back.
-		const Ops& ops = ops_for(device_);
-		const Tensor& low = compressed_storage_[b];
-		ops.cast(bucket_storage_[b], low, false);
-		all_reduce_->run_in_place(low.data(), bucket.count(), low.dtype(), options_.reduce);
-		ops.cast(low, bucket_storage_[b], false);
-	}
+	update_->reduce(b);
 	reduce_intervals_[b] = {start, Clock::now()};
 }
 
@@ -224,21 +216,6 @@ void ReplicatedBuilder::backward(bool communicate, StepStats* stats)
 	++micro_batches_;
 }
 
-bool ReplicatedBuilder::finish_gradients(float factor, double* grad_norm)
-{
-	// One pass over the gradients gives both answers: squares of finite f32 values summed in f64
-	// cannot overflow, so the sum is non-finite exactly when some gradient is inf or NaN. Every
-	// rank holds the same reduced values, so every rank reaches the same verdict.
-	double squares = 0;
-	for (const Tensor& storage : bucket_storage_) {
-		if (factor != 1.0f)
-			scale(storage, factor);
-		squares += sum_of_squares(storage);
-	}
-	*grad_norm = std::sqrt(squares);
-	return std::isfinite(squares);
-}
-
 StepStats ReplicatedBuilder::step(const Tensor& images, const Tensor& labels, float lr)
 {
 	StepStats stats;
@@ -281,13 +258,7 @@ StepStats ReplicatedBuilder::step(const Tensor& images, const Tensor& labels, fl
 
 	// The sum over micro-batches becomes their mean, and the loss scale comes off.
 	const float factor = 1.0f / (static_cast<float>(micro_batches_) * loss_scaler_.scale());
-	if (sharded_) {
-		stats.skipped = !sharded_->finish(factor, lr, &stats.grad_norm);
-	} else {
-		stats.skipped = !finish_gradients(factor, &stats.grad_norm);
-		if (!stats.skipped)
-			optimizer_.step(parameters_, lr);
-	}
+	stats.skipped = !update_->finish(factor, lr, &stats.grad_norm);
 	loss_scaler_.update(stats.skipped);
 	micro_batches_ = 0;
 	++steps_;

@@ -13,7 +13,7 @@
 #include "optim/loss_scale.h"
 #include "optim/optimizer.h"
 #include "runtime/comm_thread.h"
-#include "runtime/sharded_update.h"
+#include "runtime/gradient_update.h"
 #include "runtime/base/topology.h"
 
 namespace tower {
@@ -96,7 +96,7 @@ public:
 	const LossScaler& loss_scaler() const { return loss_scaler_; }
 	// Whether steps split the update across the node's replicas (options.shard_update, where it
 	// applies).
-	bool update_is_sharded() const { return sharded_ != nullptr; }
+	bool update_is_sharded() const { return update_->is_sharded(); }
 
 private:
 	void check_gradient_list() const;
@@ -105,8 +105,6 @@ private:
 	void reduce_bucket(size_t bucket);
 	void backward(bool communicate, StepStats* stats);
 	void poison_if_injecting(const Parameter& parameter);
-	// Un-scales the reduced buckets and measures them; false when any value is inf or NaN.
-	bool finish_gradients(float factor, double* grad_norm);
 
 	struct Interval {
 		Clock::time_point start, end;
@@ -132,7 +130,8 @@ private:
 	std::unique_ptr<AllReduce> all_reduce_;
 	CommHandle replica_comm_; // the ranks that must hold identical parameters
 	std::vector<Interval> reduce_intervals_; // written by whichever thread reduces; read after
-	std::unique_ptr<ShardedUpdate> sharded_; // after all_reduce_: it lives in its memory
+	// Whole or node-sharded, chosen once; after all_reduce_: a sharded one lives in its memory.
+	std::unique_ptr<GradientUpdate> update_;
 	std::unique_ptr<CommThread> comm_thread_;
 };
 

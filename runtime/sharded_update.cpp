@@ -39,8 +39,8 @@ bool ShardedUpdate::applies(AllReduce& all_reduce, const BucketPlan& plan)
 }
 
 ShardedUpdate::ShardedUpdate(AllReduce& all_reduce, const BucketPlan& plan, const std::vector<Tensor>& gradients,
-			     const std::vector<Parameter*>& parameters, Optimizer& optimizer)
-	: all_reduce_(all_reduce), sharding_(*all_reduce.node_sharding()), plan_(plan), gradients_(gradients),
+			     ReduceOp op, const std::vector<Parameter*>& parameters, Optimizer& optimizer)
+	: all_reduce_(all_reduce), sharding_(*all_reduce.node_sharding()), plan_(plan), gradients_(gradients), op_(op),
 	  parameters_(parameters), optimizer_(optimizer)
 {
 	TOWER_CHECK(applies(all_reduce, plan), "a sharded update needs f32 buckets on a node of several ranks");
@@ -96,9 +96,9 @@ Segment ShardedUpdate::shard_of(size_t b) const
 	return {start, end - start};
 }
 
-void ShardedUpdate::reduce(size_t b, ReduceOp op)
+void ShardedUpdate::reduce(size_t b)
 {
-	sharding_.reduce_shard(gradients_[b].data(), plan_.buckets[b].count(), DType::f32, op, shard_of(b));
+	sharding_.reduce_shard(gradients_[b].data(), plan_.buckets[b].count(), DType::f32, op_, shard_of(b));
 }
 
 bool ShardedUpdate::finish(float factor, float lr, double* grad_norm)

@@ -8,6 +8,7 @@
 #include "collectives/bucket_plan.h"
 #include "runtime/base/parameter.h"
 #include "optim/optimizer.h"
+#include "runtime/gradient_update.h"
 
 namespace tower {
 
@@ -17,7 +18,7 @@ namespace tower {
 // the optimizer state and copies the result into every replica on the node. Each replica ends
 // the step holding what the unsharded step would give it, and the update's memory traffic and
 // arithmetic are split over the node's ranks instead of repeated on each.
-class ShardedUpdate {
+class ShardedUpdate final : public GradientUpdate {
 public:
 	// True when `all_reduce` can shard (its ranks share memory, more than one per node) and the
 	// buckets are f32, as sharded steps need.
@@ -29,20 +30,21 @@ public:
 	// `gradients` are the bucket storages (memory from `all_reduce` too). `parameters`,
 	// `optimizer` and `all_reduce` must outlive this object.
 	ShardedUpdate(AllReduce& all_reduce, const BucketPlan& plan, const std::vector<Tensor>& gradients,
-		      const std::vector<Parameter*>& parameters, Optimizer& optimizer);
+		      ReduceOp op, const std::vector<Parameter*>& parameters, Optimizer& optimizer);
 	// Moves the parameters and the state back into memory of their own.
 	~ShardedUpdate();
 	ShardedUpdate(const ShardedUpdate&) = delete;
 	ShardedUpdate& operator=(const ShardedUpdate&) = delete;
 
 	// Collective: reduces this rank's shard of bucket `b` over the group.
-	void reduce(size_t b, ReduceOp op);
+	void reduce(size_t b) override;
 
 	// Collective, after reduce() of every bucket: multiplies the shards by `factor`, sums their
 	// squares across the node and, when every value is finite, applies one optimizer update with
 	// `lr` to this rank's shards and copies them into the node's other replicas. Returns whether
 	// the update was applied; `grad_norm` is the norm of the whole (scaled) reduced gradient.
-	bool finish(float factor, float lr, double* grad_norm);
+	bool finish(float factor, float lr, double* grad_norm) override;
+	bool is_sharded() const override { return true; }
 
 private:
 	Segment shard_of(size_t b) const;
@@ -55,6 +57,7 @@ private:
 	NodeSharding& sharding_;
 	const BucketPlan& plan_;
 	std::vector<Tensor> gradients_;
+	ReduceOp op_;
 	std::vector<Parameter*> parameters_;
 	Optimizer& optimizer_;
 	std::vector<Tensor> values_;              // per bucket
