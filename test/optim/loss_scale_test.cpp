@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <limits>
+#include <string>
 
 #include "optim/loss_scale.h"
 #include "runtime/error.h"
@@ -171,7 +172,7 @@ TEST_CASE("the scaler refuses a static scale that is not positive and finite, an
 				     AgreedError);
 	}
 	// The interval is checked in every mode, not only where the growth policy uses it.
-	for (const char* form : {"dynamic:growth", "dynamic:log2", "static:8", "none"})
+	for (const std::string form : {"dynamic:growth", "dynamic:log2", "static:8", "none"})
 		for (int64_t interval : {int64_t{0}, int64_t{-1}}) {
 			CAPTURE(form);
 			CAPTURE(interval);
