@@ -63,7 +63,8 @@ std::unique_ptr<AllReduce> make_hierarchical(const ReplicaGroup& group, const De
 {
 	if (!group.uniform_nodes)
 		throw AgreedError("hierarchical all-reduce needs the same number of the group's ranks on every node; "
-				  "choose groups that span nodes evenly, or use --mode ring");
+				  "choose groups that span nodes evenly, or the ring mode (tower train --allreduce "
+				  "ring, tower bench --mode ring)");
 	if (device.is_cuda())
 		return std::make_unique<CommHierarchicalAllReduce>(make_communicator(group.node.get(), device),
 								   make_communicator(group.cross.get(), device),

@@ -42,8 +42,16 @@ size_t read_some(gzFile f, const std::string& path, uint8_t* out, size_t bytes)
 			int code = 0;
 			throw Error(fmt::format("IDX file {} is not readable gzip: {}", path, gzerror(f, &code)));
 		}
-		if (n == 0)
+		if (n == 0) {
+			// zlib reports a gzip stream that stops early (inside the compressed data, or
+			// before the trailer with its check) as a soft error at the end, not a failed read.
+			int code = Z_OK;
+			const char* message = gzerror(f, &code);
+			if (code == Z_BUF_ERROR)
+				throw Error(fmt::format("IDX file {} is a truncated gzip stream ({}); fetch the file again",
+							path, message));
 			break;
+		}
 		done += static_cast<size_t>(n);
 	}
 	return done;

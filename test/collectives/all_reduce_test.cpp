@@ -32,6 +32,13 @@ AllReduceOptions small_chunks()
 	return options;
 }
 
+std::vector<int> all_ranks()
+{
+	std::vector<int> ranks(static_cast<size_t>(world().size()));
+	std::iota(ranks.begin(), ranks.end(), 0);
+	return ranks;
+}
+
 // Runs every dtype, op and size through `all_reduce` and returns the number of wrong elements.
 size_t wrong_elements(AllReduce& all_reduce, const std::vector<int>& group, int group_rank)
 {
@@ -114,14 +121,66 @@ size_t wrong_elements_registered(AllReduce& all_reduce, const std::vector<int>& 
 	return wrong;
 }
 
+// After reduce_shard on every node rank: reads each node rank's buffer through peer_address and
+// counts the elements that differ from what that rank holds (the reduction inside its own shard,
+// its own input elsewhere). Nodes are consecutive world ranks, so node rank r of this node is
+// world rank node * per_node + r.
+size_t wrong_in_peers(const NodeSharding& sharding, const float* mine, size_t count, ReduceOp op, int per_node)
+{
+	const int node_start = world().rank() / per_node * per_node;
+	const std::vector<int> ranks = all_ranks();
+	size_t wrong = 0;
+	for (int r = 0; r < per_node; ++r) {
+		const auto* theirs = reinterpret_cast<const float*>(sharding.peer_address(mine, r));
+		const Segment shard = segment_of(count, static_cast<size_t>(per_node), static_cast<size_t>(r));
+		for (size_t i = 0; i < count; ++i) {
+			const bool inside = i >= shard.start && i < shard.start + shard.length;
+			const double want = inside ? test::reference(ranks, i, op, DType::f32)
+						   : test::value_of(node_start + r, i);
+			wrong += std::abs(theirs[i] - want) > 1e-5 * std::max(1.0, std::abs(want));
+		}
+	}
+	return wrong;
+}
+
 // Runs of wrong_elements_registered: every dtype, op and size but 0, in and out of place.
 constexpr size_t runs_per_sweep = std::size(all_dtypes) * std::size(all_ops) * (std::size(sizes) - 1) * 2;
 
-std::vector<int> all_ranks()
+// Rank r's element i for the integer-mean test: about +-2^60 (i64) or +-2^28 (i32), more digits
+// than a double (i64) or a float (i32) holds, so a mean computed in floating point comes out
+// wrong; sums of both signs that do not divide evenly show the division truncating toward zero.
+template <typename T> T big_value(int rank, size_t i)
 {
-	std::vector<int> ranks(static_cast<size_t>(world().size()));
-	std::iota(ranks.begin(), ranks.end(), 0);
-	return ranks;
+	const T magnitude = (T{1} << (sizeof(T) == 8 ? 60 : 28)) + 1;
+	const T sign = i % 2 == 0 ? 1 : -1;
+	return sign * magnitude + static_cast<T>(7 * rank) - static_cast<T>(3 * i);
+}
+
+// Runs an integer mean of big_value through `all_reduce`, in place, on registered memory or
+// ordinary memory, and returns the number of elements that differ from the integer reference.
+template <typename T> size_t integer_mean_wrong(AllReduce& all_reduce, size_t count, bool registered)
+{
+	const DType dtype = sizeof(T) == 8 ? DType::i64 : DType::i32;
+	std::vector<T> ordinary(count);
+	T* data = registered ? static_cast<T*>(all_reduce.allocate(count * sizeof(T))) : ordinary.data();
+	for (size_t i = 0; i < count; ++i)
+		data[i] = big_value<T>(world().rank(), i);
+	all_reduce.run_in_place(data, count, dtype, ReduceOp::mean);
+	size_t wrong = 0;
+	for (size_t i = 0; i < count; ++i) {
+		T sum = 0;
+		for (int r = 0; r < world().size(); ++r)
+			sum += big_value<T>(r, i);
+		const T want = sum / static_cast<T>(world().size()); // C++ truncates toward zero
+		if (data[i] == want)
+			continue;
+		if (wrong < 3)
+			MESSAGE(fmt::format("{} element {}: got {}, want {}", dtype_name(dtype), i, data[i], want));
+		++wrong;
+	}
+	if (registered)
+		all_reduce.deallocate(data);
+	return wrong;
 }
 
 } // namespace
@@ -295,6 +354,9 @@ TEST_CASE("large registered buffers take the direct path in many blocks, in and 
 				send[i] = static_cast<float>(test::value_of(world().rank(), i));
 			float* out = in_place ? send : recv;
 			all_reduce->run(send, out, count, DType::f32, op);
+			// Every rank of the (real) node shares it, so with peers the run must not stage.
+			CHECK(static_cast<const HierarchicalAllReduce&>(*all_reduce).last_run_was_direct() ==
+			      (world().size() > 1));
 			size_t wrong = 0;
 			for (size_t i = 0; i < count; ++i) {
 				const double want = test::reference(all_ranks(), i, op, DType::f32);
@@ -337,10 +399,113 @@ TEST_CASE("reduce_shard reduces exactly this rank's shard, over every simulated 
 				CHECK(wrong == 0);
 				// A peer may still read this buffer until every rank has reduced its shard.
 				sharding->node_barrier();
-				if (per_node > 1)
-					CHECK(sharding->peer_address(data, 0) != nullptr);
+				CHECK(wrong_in_peers(*sharding, data, count, op, per_node) == 0);
+				// No rank frees its window while a peer may still be reading it.
+				sharding->node_barrier();
 				all_reduce->deallocate(data);
 			}
-		CHECK_THROWS_AS(sharding->peer_address(&per_node, 0), Error);
+		CHECK_THROWS_WITH_AS(sharding->peer_address(&per_node, 0),
+				     doctest::Contains("is not inside memory from this all-reduce's allocate()"), Error);
+	}
+}
+
+TEST_CASE("reduce_shard and peer_address refuse a shard or a node rank out of range")
+{
+	const Topology topology(world().comm(), std::nullopt);
+	auto all_reduce = make_all_reduce(topology, Device{}, AllReduceMode::hierarchical, {}, small_chunks());
+	NodeSharding* sharding = all_reduce->node_sharding();
+	REQUIRE(sharding != nullptr);
+	const size_t count = 10;
+	float* data = static_cast<float*>(all_reduce->allocate(count * sizeof(float)));
+	// Every rank passes the same bad shard, so every rank throws before the first barrier.
+	CHECK_THROWS_WITH_AS(sharding->reduce_shard(data, count, DType::f32, ReduceOp::sum, Segment{9, 2}),
+			     doctest::Contains("shard [9, 11) outside a buffer of 10 elements"), Error);
+	CHECK_THROWS_WITH_AS(sharding->reduce_shard(data, count, DType::f32, ReduceOp::sum, Segment{11, 0}),
+			     doctest::Contains("shard [11, 11) outside a buffer of 10 elements"), Error);
+	const int n = sharding->node_size();
+	CHECK_THROWS_WITH_AS(sharding->peer_address(data, n),
+			     doctest::Contains(fmt::format("node rank {} outside [0, {})", n, n).c_str()), Error);
+	CHECK_THROWS_WITH_AS(sharding->peer_address(data, -1),
+			     doctest::Contains(fmt::format("node rank -1 outside [0, {})", n).c_str()), Error);
+	// With peers on the node, a buffer of ordinary memory is one they cannot reach.
+	if (n > 1) {
+		std::vector<float> ordinary(count);
+		const Segment shard = segment_of(count, static_cast<size_t>(n), static_cast<size_t>(sharding->node_rank()));
+		CHECK_THROWS_WITH_AS(sharding->reduce_shard(ordinary.data(), count, DType::f32, ReduceOp::sum, shard),
+				     doctest::Contains("is not inside memory from this all-reduce's allocate()"), Error);
+	}
+	all_reduce->deallocate(data);
+}
+
+TEST_CASE("freeing memory an all-reduce did not allocate is an error in every mode")
+{
+	const Topology topology(world().comm(), std::nullopt);
+	for (AllReduceMode mode : {AllReduceMode::ring, AllReduceMode::hierarchical, AllReduceMode::naive}) {
+		CAPTURE(all_reduce_mode_name(mode));
+		auto all_reduce = make_all_reduce(topology, Device{}, mode);
+		auto other = make_all_reduce(topology, Device{}, mode);
+		const auto not_ours = doctest::Contains("of memory this all-reduce did not allocate");
+		std::vector<char> ordinary(64);
+		CHECK_THROWS_WITH_AS(all_reduce->deallocate(ordinary.data()), not_ours, Error);
+		char* mine = static_cast<char*>(all_reduce->allocate(64));
+		char* theirs = static_cast<char*>(other->allocate(64));
+		CHECK_THROWS_WITH_AS(all_reduce->deallocate(theirs), not_ours, Error);
+		CHECK_THROWS_WITH_AS(all_reduce->deallocate(mine + 8), not_ours, Error); // inside, not the start
+		all_reduce->deallocate(mine);
+		CHECK_THROWS_WITH_AS(all_reduce->deallocate(mine), not_ours, Error); // a second time
+		other->deallocate(theirs);
+	}
+}
+
+TEST_CASE("a registered send buffer with an ordinary receive buffer reduces through the staged path")
+{
+	const Topology topology(world().comm(), std::nullopt);
+	auto all_reduce = make_all_reduce(topology, Device{}, AllReduceMode::hierarchical, {}, small_chunks());
+	const auto& hierarchical = static_cast<const HierarchicalAllReduce&>(*all_reduce);
+	const size_t count = 1000;
+	float* send = static_cast<float*>(all_reduce->allocate(count * sizeof(float)));
+	float* recv_registered = static_cast<float*>(all_reduce->allocate(count * sizeof(float)));
+	std::vector<float> recv_ordinary(count);
+	// Every rank's receive buffer ordinary, then only rank 0's: either way no rank may write
+	// into a peer's receive buffer directly, since one of them is not in the window.
+	for (bool everyone : {true, false}) {
+		CAPTURE(everyone);
+		float* recv = everyone || world().rank() == 0 ? recv_ordinary.data() : recv_registered;
+		for (size_t i = 0; i < count; ++i) {
+			send[i] = static_cast<float>(test::value_of(world().rank(), i));
+			recv[i] = -99.0f;
+		}
+		all_reduce->run(send, recv, count, DType::f32, ReduceOp::sum);
+		CHECK_FALSE(hierarchical.last_run_was_direct());
+		size_t wrong = 0, send_changed = 0;
+		for (size_t i = 0; i < count; ++i) {
+			wrong += recv[i] != static_cast<float>(test::reference(all_ranks(), i, ReduceOp::sum, DType::f32));
+			send_changed += send[i] != static_cast<float>(test::value_of(world().rank(), i));
+		}
+		CHECK(wrong == 0);
+		CHECK(send_changed == 0);
+	}
+	// The choice is made per run: registered buffers on every rank go direct again.
+	all_reduce->run(send, recv_registered, count, DType::f32, ReduceOp::sum);
+	CHECK(hierarchical.last_run_was_direct() == (world().size() > 1));
+	all_reduce->deallocate(recv_registered);
+	all_reduce->deallocate(send);
+}
+
+
+TEST_CASE("integer mean through the hierarchical path is exact and truncates toward zero")
+{
+	const size_t count = 61; // many 64-byte chunks, and shards of unequal length
+	for (int per_node = 1; per_node <= world().size(); ++per_node) {
+		if (world().size() % per_node != 0)
+			continue;
+		CAPTURE(per_node);
+		const Topology topology(world().comm(), per_node);
+		auto all_reduce = make_all_reduce(topology, Device{}, AllReduceMode::hierarchical, {}, small_chunks());
+		for (bool registered : {false, true}) {
+			CAPTURE(registered);
+			CHECK(integer_mean_wrong<int32_t>(*all_reduce, count, registered) == 0);
+			CHECK(integer_mean_wrong<int64_t>(*all_reduce, count, registered) == 0);
+		}
 	}
 }

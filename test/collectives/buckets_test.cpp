@@ -7,6 +7,7 @@
 #include "collectives/bucket_plan.h"
 #include "collectives/pack.h"
 #include "runtime/base/error.h"
+#include "runtime/base/half.h"
 #include "test/harness/mpi_main.h"
 
 using namespace tower;
@@ -76,12 +77,17 @@ TEST_CASE("pack, all-reduce and unpack round trip; view mode aliases the bucket"
 	const auto specs = model_like_specs();
 	const BucketPlan plan = plan_buckets(specs, 512, 64);
 	const Device cpu;
+	// f32 element i of rank r is i % 9 + r; f16 element i is r - (i % 7) / 4, exact in f16 and
+	// with an exact sum and mean over 1 to 4 ranks (multiples of 1/4 below 16).
+	const auto f16_value = [](int64_t i, float rank) { return rank - static_cast<float>(i % 7) / 4.0f; };
 	std::vector<Tensor> grads;
 	for (const auto& s : specs) {
 		grads.push_back(Tensor::zeros(s.shape, s.dtype, cpu));
-		if (s.dtype == DType::f32)
-			for (int64_t i = 0; i < grads.back().numel(); ++i)
+		for (int64_t i = 0; i < grads.back().numel(); ++i)
+			if (s.dtype == DType::f32)
 				grads.back().data_as<float>()[i] = static_cast<float>(i % 9) + static_cast<float>(world().rank());
+			else
+				grads.back().data_as<uint16_t>()[i] = f32_to_f16(f16_value(i, static_cast<float>(world().rank())));
 	}
 	const Topology topology(world().comm(), std::nullopt);
 	auto all_reduce = make_all_reduce(topology, cpu, AllReduceMode::ring);
@@ -98,11 +104,17 @@ TEST_CASE("pack, all-reduce and unpack round trip; view mode aliases the bucket"
 			CHECK(views[k].shape() == specs[b.members[k].tensor].shape);
 		}
 	}
-	size_t wrong = 0;
+	size_t wrong = 0, checked_f16 = 0;
 	const float mean_rank = static_cast<float>(n - 1) / 2.0f;
-	for (size_t t = 0; t < specs.size(); ++t)
-		if (specs[t].dtype == DType::f32)
-			for (int64_t i = 0; i < grads[t].numel(); ++i)
-				wrong += grads[t].data_as<float>()[i] != static_cast<float>(i % 9) + mean_rank;
+	for (size_t t = 0; t < specs.size(); ++t) {
+		const std::vector<float> got = grads[t].to_host_f32();
+		for (size_t i = 0; i < got.size(); ++i) {
+			const auto k = static_cast<int64_t>(i);
+			const bool f16 = specs[t].dtype == DType::f16;
+			wrong += got[i] != (f16 ? f16_value(k, mean_rank) : static_cast<float>(k % 9) + mean_rank);
+			checked_f16 += f16 ? 1 : 0;
+		}
+	}
 	CHECK(wrong == 0);
+	CHECK(checked_f16 == 15); // the 5x3 f16 tensor went through its own bucket too
 }

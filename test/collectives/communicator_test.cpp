@@ -6,6 +6,8 @@
 #include "collectives/communicator.h"
 #include "runtime/base/half.h"
 #include "runtime/base/error.h"
+#include "runtime/base/gpu_runtime.h"
+#include "runtime/base/memory.h"
 #include "tower_config.h"
 #include "test/collectives/check_data.h"
 #include "test/harness/mpi_main.h"
@@ -84,9 +86,37 @@ TEST_CASE("MPI communicator: reduce-scatter, all-gather, broadcast, all-reduce")
 	comm->barrier();
 }
 
-TEST_CASE("device buffers need a CUDA build or a GPU")
+TEST_CASE("device buffers need a CUDA build and a GPU")
 {
-	// In a CPU build this throws at once; with CUDA but no GPU, creating the NCCL communicator fails.
-	if (!TOWER_HAVE_CUDA)
-		CHECK_THROWS_AS(make_communicator(world().comm(), Device{DeviceKind::cuda, 0}), Error);
+	const Device gpu0{DeviceKind::cuda, 0};
+	if (!TOWER_HAVE_CUDA) {
+		CHECK_THROWS_WITH_AS(make_communicator(world().comm(), gpu0),
+				     doctest::Contains("tower was built without CUDA"), Error);
+		return;
+	}
+	// Every rank of these tests is on one host, so every rank sees the same number of GPUs.
+	if (probe_gpu_runtime().device_count == 0) {
+		// Selecting the device fails before NCCL is reached.
+		CHECK_THROWS_WITH_AS(make_communicator(world().comm(), gpu0), doctest::Contains("cudaSetDevice(0) failed"),
+				     Error);
+		return;
+	}
+	if (world().size() > 1) {
+		// Several ranks may share one GPU here, which NCCL refuses; one rank is enough for this check.
+		MESSAGE("skipped at " << world().size() << " ranks: the NCCL communicator is checked at one rank only");
+		return;
+	}
+	// One rank with a GPU: a real NCCL communicator, and an all-reduce through device memory.
+	auto comm = make_communicator(world().comm(), gpu0);
+	CHECK(comm->rank() == 0);
+	CHECK(comm->size() == 1);
+	CHECK(comm->device().name() == "cuda:0");
+	const std::vector<float> host = {1.5f, -2.0f, 3.25f};
+	std::vector<float> back(host.size(), 0.0f);
+	void* data = device_alloc(gpu0, host.size() * sizeof(float));
+	copy_bytes(data, gpu0, host.data(), Device{}, host.size() * sizeof(float));
+	comm->all_reduce(data, data, host.size(), DType::f32, ReduceOp::sum);
+	copy_bytes(back.data(), Device{}, data, gpu0, back.size() * sizeof(float));
+	device_free(gpu0, data);
+	CHECK(back == host);
 }

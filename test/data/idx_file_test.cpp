@@ -1,4 +1,6 @@
 // IDX reader tests: round trips through gzip and plain files, and each malformed-file error.
+#include <fstream>
+#include <iterator>
 #include <string>
 
 #include <doctest/doctest.h>
@@ -22,11 +24,12 @@ IdxContent cube()
 	return c;
 }
 
-// Writes `content` (cut to `keep` bytes when given) and returns the error reading it as rank 3.
-std::string error_reading(const TempDir& dir, const std::vector<uint8_t>& bytes, int rank = 3)
+// Writes `bytes` (gzip-compressed unless `gzip` is false, for bytes that are a gzip file
+// already) and returns the error reading them as an array of `rank` dimensions.
+std::string error_reading(const TempDir& dir, const std::vector<uint8_t>& bytes, int rank = 3, bool gzip = true)
 {
 	const std::string path = dir.file("bad.gz");
-	test::write_file(path, bytes);
+	test::write_file(path, bytes, gzip);
 	try {
 		read_idx(path, rank);
 	} catch (const Error& e) {
@@ -42,6 +45,20 @@ std::vector<uint8_t> cut(std::vector<uint8_t> bytes, size_t keep)
 {
 	bytes.resize(keep);
 	return bytes;
+}
+
+// The cube as a gzip file's bytes, for corrupting the compressed stream itself.
+std::vector<uint8_t> gzipped_cube(const TempDir& dir)
+{
+	const std::string path = dir.file("cube.gz");
+	test::write_file(path, test::idx_bytes(cube()));
+	std::ifstream in(path, std::ios::binary);
+	return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+bool contains(const std::string& text, const std::string& part)
+{
+	return text.find(part) != std::string::npos;
 }
 
 } // namespace
@@ -117,4 +134,54 @@ TEST_CASE("a missing file is named with the system's reason")
 	const std::string path = dir.file("absent.gz");
 	CHECK_THROWS_WITH_AS(read_idx(path, 1), ("cannot open IDX file " + path + ": No such file or directory").c_str(),
 			     Error);
+}
+
+TEST_CASE("dimensions that disagree with the data, are zero, or are absurdly large are refused")
+{
+	TempDir dir;
+	IdxContent longer = cube();
+	longer.dims = {3, 2, 5};
+	CHECK(contains(error_reading(dir, test::idx_bytes(longer)),
+		       "dimensions [3, 2, 5] need 30 bytes of data but only 24 follow"));
+	IdxContent shorter = cube();
+	shorter.dims = {3, 2, 3};
+	CHECK(contains(error_reading(dir, test::idx_bytes(shorter)),
+		       "has data past the 18 bytes its dimensions [3, 2, 3] describe"));
+	IdxContent zero_first = cube();
+	zero_first.dims = {0, 2, 4};
+	CHECK(contains(error_reading(dir, test::idx_bytes(zero_first)), "zero dimension in [0, 2, 4]"));
+	IdxContent zero_last = cube();
+	zero_last.dims = {3, 2, 0};
+	CHECK(contains(error_reading(dir, test::idx_bytes(zero_last)), "zero dimension in [3, 2, 0]"));
+	// A dimension with the top bit set (-2 as a signed 32-bit number) reads as 2^32 - 2; the
+	// product is refused before any memory is asked for.
+	IdxContent negative = cube();
+	negative.dims = {0xfffffffe, 2, 4};
+	CHECK(contains(error_reading(dir, test::idx_bytes(negative)),
+		       "claims dimensions [4294967294, 2, 4], over 17179869184 bytes; the header is corrupt"));
+	IdxContent huge = cube();
+	huge.dims = {65536, 65536, 65536};
+	CHECK(contains(error_reading(dir, test::idx_bytes(huge)),
+		       "claims dimensions [65536, 65536, 65536], over 17179869184 bytes"));
+}
+
+TEST_CASE("a corrupt or truncated gzip stream is reported as such")
+{
+	TempDir dir;
+	const std::vector<uint8_t> gz = gzipped_cube(dir);
+	REQUIRE(gz.size() > 18); // a 10-byte header, the compressed data, an 8-byte trailer
+	// A valid gzip header followed by bytes that are no deflate stream.
+	std::vector<uint8_t> garbage = cut(gz, 10);
+	garbage.insert(garbage.end(), 40, 0xff);
+	CHECK(contains(error_reading(dir, garbage, 3, false), "is not readable gzip"));
+	// A flipped bit in the trailer's CRC-32.
+	std::vector<uint8_t> bad_check = gz;
+	bad_check[gz.size() - 8] ^= 1;
+	CHECK(contains(error_reading(dir, bad_check, 3, false), "is not readable gzip"));
+	CHECK(contains(error_reading(dir, bad_check, 3, false), "incorrect data check"));
+	// Cut inside the compressed data, and cut before the trailer: all data there, but unchecked.
+	for (size_t keep : {gz.size() / 2, gz.size() - 8, gz.size() - 1}) {
+		CAPTURE(keep);
+		CHECK(contains(error_reading(dir, cut(gz, keep), 3, false), "is a truncated gzip stream"));
+	}
 }

@@ -114,9 +114,11 @@ TEST_CASE("both models in f16 and bf16 on the GPU agree with f32 on the CPU; f16
 			const auto pr = ref->parameters(), pl = low->parameters();
 			for (size_t i = 0; i < pr.size(); ++i) {
 				scale(pl[i]->grad, 1.0f / 8.0f);
-				// Max-pool ties in 16 bits move convolution gradients by a few percent.
+				// Max-pool ties in 16 bits move convolution gradients by a few percent; the bound
+				// per type is the CPU test's (see precision_checks.h), not measured on a GPU.
 				const bool behind_pooling = pr[i]->name.starts_with("conv");
-				check_close(pr[i]->grad, pl[i]->grad, behind_pooling ? 0.1 : precision_tolerance(t), pr[i]->name);
+				check_close(pr[i]->grad, pl[i]->grad,
+					    behind_pooling ? test::pooled_conv_tolerance(t) : precision_tolerance(t), pr[i]->name);
 			}
 			low->backward({}, BackwardOptions{false, 16777216.0f});
 			bool finite = true;

@@ -2,6 +2,8 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
+#include <string>
 
 #include "optim/loss_scale.h"
 #include "runtime/base/error.h"
@@ -43,19 +45,22 @@ TEST_CASE("the log2 policy starts at 2^64, adds inc per clean step and drops dec
 	LossScaler s(parse_loss_scale("dynamic"));
 	CHECK(s.log2_scale() == 64.0);
 	CHECK(s.scale() == std::ldexp(1.0f, 64));
-	// A scripted run: 'o' overflow, '.' clean.
+	// A scripted run: 'o' overflow, '.' clean. The state is an f32, so each step must move it to
+	// exactly the f32 nearest to the previous value plus or minus one step: no more, no less.
 	const std::string script = "oooo..o.......o..................o";
-	double want = 64.0;
 	int64_t clean = 0;
 	for (char c : script) {
 		const bool overflow = c == 'o';
+		const double before = s.log2_scale();
 		s.update(overflow);
-		want += overflow ? -1.0 : 0.0005;
 		clean = overflow ? 0 : clean + 1;
-		CHECK(s.log2_scale() == doctest::Approx(want).epsilon(1e-5)); // f32 state
+		CHECK(s.log2_scale() == static_cast<float>(before + (overflow ? -1.0 : 0.0005)));
 		CHECK(clean_steps(s) == clean);
 	}
-	CHECK(want == doctest::Approx(64.0 - 7.0 + 27 * 0.0005)); // 7 overflows, 27 clean steps
+	// 7 overflows and 27 clean steps. Below 64 each f32 rounding is at most half an ulp, 2^-19;
+	// 34 of them stay under 7e-5, well within half a clean step (2.5e-4) of the exact sum, so
+	// one step too many or too few shows.
+	CHECK(std::abs(s.log2_scale() - (64.0 - 7.0 + 27 * 0.0005)) < 0.00025);
 }
 
 TEST_CASE("the log2 policy takes init, inc and dec as options")
@@ -109,6 +114,11 @@ TEST_CASE("the growth policy doubles after 2000 clean steps in a row and halves 
 
 TEST_CASE("static and none never change")
 {
+	// log2_scale() of a static scale: exact for powers of two, log2 of the value otherwise.
+	CHECK(LossScaler(parse_loss_scale("static:128")).log2_scale() == 7.0);
+	CHECK(LossScaler(parse_loss_scale("static:0.25")).log2_scale() == -2.0);
+	// log2(1000) = 3 log2(10) = 3 x 3.32192809488736235 = 9.96578428466208705.
+	CHECK(LossScaler(parse_loss_scale("static:1000")).log2_scale() == doctest::Approx(9.96578428466208705).epsilon(1e-15));
 	LossScaler fixed(parse_loss_scale("static:1000"));
 	LossScaler none(parse_loss_scale("none"));
 	for (bool overflow : {true, false, true, false, false}) {
@@ -148,4 +158,34 @@ TEST_CASE("the state round-trips: writing it into another scaler restores the sc
 	}
 	CHECK(a.scale() == 131072.0f);
 	CHECK(b.scale() == 131072.0f);
+}
+
+TEST_CASE("the scaler refuses a static scale that is not positive and finite, and a growth interval below 1")
+{
+	for (float bad : {0.0f, -0.0f, -2.0f, std::numeric_limits<float>::infinity(),
+			  -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN()}) {
+		CAPTURE(bad);
+		LossScaleOptions o;
+		o.mode = LossScaleMode::fixed;
+		o.fixed_scale = bad;
+		CHECK_THROWS_WITH_AS(LossScaler{o}, doctest::Contains("a static loss scale must be positive and finite"),
+				     AgreedError);
+	}
+	// The interval is checked in every mode, not only where the growth policy uses it.
+	for (const std::string form : {"dynamic:growth", "dynamic:log2", "static:8", "none"})
+		for (int64_t interval : {int64_t{0}, int64_t{-1}}) {
+			CAPTURE(form);
+			CAPTURE(interval);
+			LossScaleOptions o = parse_loss_scale(form);
+			o.growth_interval = interval;
+			CHECK_THROWS_WITH_AS(LossScaler{o},
+					     doctest::Contains(fmt::format("the growth interval is {} but must be positive",
+									   interval).c_str()),
+					     Error);
+		}
+	// The smallest valid settings are accepted.
+	LossScaleOptions o = parse_loss_scale("dynamic:growth");
+	o.growth_interval = 1;
+	CHECK_NOTHROW(LossScaler{o});
+	CHECK_NOTHROW(LossScaler{parse_loss_scale("static:1e-30")});
 }
