@@ -282,7 +282,7 @@ void TrainingRun::log_window()
 			{"lr", lr_},
 			{"samples_per_s", samples_per_s},
 			{"allreduce_ms", allreduce_ms},
-			{"allreduce_bytes", builder_.bytes_per_step()},
+			{"allreduce_bytes", builder_.bytes_moved_per_step()},
 			{"compute_ms", 1e3 * window_.compute_s / static_cast<double>(window_.steps)},
 			{"hidden_fraction", window_.allreduce_s > 0 ? window_.hidden_s / window_.allreduce_s : 0.0},
 			{"grad_norm", std::isfinite(grad_norm) ? nlohmann::json(grad_norm) : nlohmann::json()},
@@ -330,7 +330,7 @@ void TrainingRun::finish()
 		{"train_s", train_s_},
 		{"compute_s", compute_s_},
 		{"allreduce_s", allreduce_s_},
-		{"allreduce_bytes_per_step", builder_.bytes_per_step()},
+		{"allreduce_bytes_per_step", builder_.bytes_moved_per_step()},
 		{"buckets", builder_.plan().buckets.size()},
 		{"sharded_update", builder_.update_is_sharded()},
 		{"replica_hash", fmt::format("{:016x}", hash)},
@@ -344,7 +344,7 @@ void TrainingRun::finish()
 		"all-reduce {:.1f} s ({:.2f} MB in {} bucket(s) per step), replicas identical (hash {:016x})",
 		step_, skipped_, world_.size(), samples_per_s,
 		evaluated_ ? fmt::format("{:.2f}%", 100.0 * last_eval_.accuracy) : std::string("not measured"),
-		compute_s_, allreduce_s_, static_cast<double>(builder_.bytes_per_step()) / 1e6,
+		compute_s_, allreduce_s_, static_cast<double>(builder_.bytes_moved_per_step()) / 1e6,
 		builder_.plan().buckets.size(), hash));
 }
 

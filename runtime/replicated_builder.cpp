@@ -152,6 +152,16 @@ size_t ReplicatedBuilder::bytes_per_step() const
 	return total;
 }
 
+size_t ReplicatedBuilder::bytes_moved_per_step() const
+{
+	if (compressed_storage_.empty())
+		return bytes_per_step();
+	size_t total = 0;
+	for (const Tensor& low : compressed_storage_)
+		total += low.bytes();
+	return total;
+}
+
 void ReplicatedBuilder::reduce_bucket(size_t b)
 {
 	const Bucket& bucket = plan_.buckets[b];
@@ -272,7 +282,7 @@ StepStats ReplicatedBuilder::step(const Tensor& images, const Tensor& labels, fl
 			hidden += seconds(overlap_end - std::max(i.start, backward_start));
 	}
 	stats.hidden_fraction = stats.allreduce_s > 0 ? hidden / stats.allreduce_s : 0;
-	stats.allreduce_bytes = bytes_per_step() / (compressed_storage_.empty() ? 1 : 2);
+	stats.allreduce_bytes = bytes_moved_per_step();
 
 	// The sum over micro-batches becomes their mean, and the loss scale comes off.
 	const float factor = 1.0f / (static_cast<float>(micro_batches_) * loss_scaler_.scale());
