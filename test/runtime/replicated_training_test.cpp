@@ -96,7 +96,7 @@ TEST_CASE("N ranks match one rank at the same global batch, every mode, overlap 
 {
 	for (const char* mode : {"ring", "hierarchical", "naive"})
 		for (bool overlap : {true, false}) {
-			CAPTURE(mode);
+			INFO("mode := ", std::string(mode));
 			CAPTURE(overlap);
 			ReplicatedOptions o;
 			o.mode = parse_all_reduce_mode(mode);

@@ -41,7 +41,7 @@ TEST_CASE("a sharded update matches the whole update, for momentum and Adam, on 
 		for (std::optional<int> ranks_per_node : {std::optional<int>{}, std::optional<int>{2}}) {
 			if (ranks_per_node && world().size() % *ranks_per_node != 0)
 				continue;
-			CAPTURE(optimizer);
+			INFO("optimizer := ", std::string(optimizer));
 			CAPTURE(ranks_per_node.value_or(0));
 			RunSpec spec;
 			spec.steps = 30;
