@@ -160,7 +160,12 @@ size_t ReplicatedBuilder::bytes_per_step() const
 
 size_t ReplicatedBuilder::bytes_moved_per_step() const
 {
-	return compressed_storage_.empty() ? bytes_per_step() : bytes_per_step() / dtype_size(DType::f32) * dtype_size(options_.compress);
+	if (compressed_storage_.empty())
+		return bytes_per_step();
+	size_t total = 0;
+	for (const Tensor& low : compressed_storage_)
+		total += low.bytes();
+	return total;
 }
 
 void ReplicatedBuilder::reduce_bucket(size_t b)

@@ -40,7 +40,7 @@ struct StepStats {
 	double compute_s = 0;         // forward and backward on this rank
 	double allreduce_s = 0;       // time inside all-reduce calls
 	double hidden_fraction = 0;   // the share of all-reduce time that ran during backward
-	size_t allreduce_bytes = 0;   // bytes all-reduced this step
+	size_t allreduce_bytes = 0;   // bytes all-reduced this step, in the type they travel in
 	bool skipped = false;         // a gradient was inf or NaN: no update (on every rank alike)
 	double grad_norm = 0;         // of the reduced, unscaled gradients (inf or NaN when skipped)
 	double loss_scale_log2 = 0;   // the scale the step's loss gradient was multiplied by
@@ -88,8 +88,9 @@ public:
 	uint64_t check_replicas() const;
 
 	const BucketPlan& plan() const { return plan_; }
-	size_t bytes_per_step() const; // the f32 gradient bytes one step reduces
-	// The bytes that travel per step: bytes_per_step(), or its 16-bit size when compressing.
+	// The gradient bytes of one step (f32, padding included).
+	size_t bytes_per_step() const;
+	// What one step's all-reduce moves: bytes_per_step() in the compression type when compressing.
 	size_t bytes_moved_per_step() const;
 	int group_size() const { return all_reduce_->group_size(); }
 	AllReduceMode mode() const { return all_reduce_->mode(); }

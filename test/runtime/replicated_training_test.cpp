@@ -1,11 +1,17 @@
 // N-rank replicated training must match 1-rank training at the same global batch, for every mode.
-#include <doctest/doctest.h>
+#include <cmath>
+#include <numeric>
 
+#include <doctest/doctest.h>
+#include <fmt/format.h>
+
+#include "models/data/batch_assembler.h"
 #include "models/model_factory.h"
 #include "optim/optimizer.h"
 #include "runtime/base/error.h"
 #include "runtime/replicated_builder.h"
 #include "test/harness/mpi_main.h"
+#include "test/runtime/reference_mlp.h"
 #include "test/runtime/training_fixture.h"
 
 using namespace tower;
@@ -18,21 +24,70 @@ using tower::test::Trained;
 
 constexpr int64_t per_rank_batch = 8;
 
-void check_matches_one_rank(const ReplicatedOptions& options, std::optional<int> ranks_per_node)
+double mean_of(const std::vector<float>& v, size_t first, size_t count)
+{
+	return std::accumulate(v.begin() + static_cast<std::ptrdiff_t>(first),
+			       v.begin() + static_cast<std::ptrdiff_t>(first + count), 0.0) /
+	       static_cast<double>(count);
+}
+
+void check_matches_one_rank(RunSpec spec, std::optional<int> ranks_per_node)
 {
 	const Dataset data = tower::test::synthetic_dataset(1200);
-	RunSpec spec;
-	spec.options = options;
+	std::vector<float> losses;
+	spec.after_step = [&](const ReplicatedBuilder&, const StepStats& s, int) { losses.push_back(s.forward.loss); };
 	spec.batch = per_rank_batch;
 	const Topology topology(world().comm(), ranks_per_node);
 	const Trained many = tower::test::run_training(topology, spec, data);
 
+	spec.after_step = {};
 	spec.batch = per_rank_batch * world().size();
 	const Topology alone(MPI_COMM_SELF, std::nullopt);
 	const Trained one = tower::test::run_training(alone, spec, data);
 
 	CHECK(tower::test::max_relative_difference(many.parameters, one.parameters) <= 1e-5);
-	CHECK(many.parameters.size() == one.parameters.size());
+	// Agreement alone would pass a step that did nothing: training must have moved the
+	// parameters and lowered the loss (this rank's, over the first and the last 5 steps).
+	const Device cpu;
+	auto initial = make_model(spec.model, cpu);
+	CHECK(tower::test::max_relative_difference(many.parameters, tower::test::parameter_values(*initial)) > 0.05);
+	REQUIRE(losses.size() == static_cast<size_t>(spec.steps));
+	CHECK(mean_of(losses, losses.size() - 5, 5) < 0.5 * mean_of(losses, 0, 5));
+}
+
+void check_matches_one_rank(const ReplicatedOptions& options, std::optional<int> ranks_per_node)
+{
+	RunSpec spec;
+	spec.options = options;
+	check_matches_one_rank(spec, ranks_per_node);
+}
+
+// ||a - b|| / ||b|| of one tensor, the library's f32 against the reference's f64.
+double relative_difference(const std::vector<float>& a, const std::vector<double>& b)
+{
+	REQUIRE(a.size() == b.size());
+	double diff = 0, norm = 0;
+	for (size_t i = 0; i < a.size(); ++i) {
+		diff += (a[i] - b[i]) * (a[i] - b[i]);
+		norm += b[i] * b[i];
+	}
+	return std::sqrt(diff / norm);
+}
+
+// The i32 labels of the samples at `indices`.
+std::vector<int32_t> labels_of(const Dataset& data, const std::vector<int64_t>& indices)
+{
+	std::vector<int32_t> out;
+	for (int64_t i : indices)
+		out.push_back(data.labels[static_cast<size_t>(i)]);
+	return out;
+}
+
+std::vector<int64_t> consecutive(int64_t first, int64_t count)
+{
+	std::vector<int64_t> out(static_cast<size_t>(count));
+	std::iota(out.begin(), out.end(), first);
+	return out;
 }
 
 } // namespace
@@ -41,7 +96,7 @@ TEST_CASE("N ranks match one rank at the same global batch, every mode, overlap 
 {
 	for (const char* mode : {"ring", "hierarchical", "naive"})
 		for (bool overlap : {true, false}) {
-			CAPTURE(mode);
+			INFO("mode := ", std::string(mode));
 			CAPTURE(overlap);
 			ReplicatedOptions o;
 			o.mode = parse_all_reduce_mode(mode);
@@ -97,4 +152,168 @@ TEST_CASE("after construction every rank holds rank 0's parameters and optimizer
 		if (s.tensor.dtype() == DType::f32)
 			for (float v : s.tensor.to_host_f32())
 				REQUIRE(v == 1.0f);
+}
+
+TEST_CASE("with fusion_mb 0 every gradient gets a bucket of its own, and N ranks still match one rank")
+{
+	RunSpec spec;
+	spec.options.fusion_mb = 0;
+	bool checked = false;
+	const Device cpu;
+	const size_t tensors = make_model(spec.model, cpu)->parameters().size();
+	const Dataset data = tower::test::synthetic_dataset(64);
+	spec.steps = 1;
+	spec.after_step = [&](const ReplicatedBuilder& b, const StepStats&, int) {
+		REQUIRE(b.plan().buckets.size() == tensors);
+		for (const Bucket& bucket : b.plan().buckets)
+			CHECK(bucket.members.size() == 1);
+		checked = true;
+	};
+	const Topology topology(world().comm(), std::nullopt);
+	tower::test::run_training(topology, spec, data);
+	CHECK(checked);
+
+	RunSpec train;
+	train.options.fusion_mb = 0;
+	check_matches_one_rank(train, std::nullopt);
+}
+
+TEST_CASE("bad builder options are an error on every rank that names the option and the fix")
+{
+	const Device cpu;
+	auto model = make_model({"mlp", 16, 1, 7}, cpu);
+	auto optimizer = make_optimizer({}, model->parameters());
+	const Topology topology(world().comm(), std::nullopt);
+	ReplicatedOptions o;
+	o.compress = DType::i32;
+	CHECK_THROWS_WITH_AS(ReplicatedBuilder(topology, cpu, *model, *optimizer, o),
+			     "--compress i32: gradients travel as f32 (none), f16 or bf16", AgreedError);
+	o = {};
+	o.fusion_mb = -1;
+	CHECK_THROWS_WITH_AS(ReplicatedBuilder(topology, cpu, *model, *optimizer, o),
+			     "--fusion-mb -1 is negative; use 0 to disable fusion or a size in MiB", AgreedError);
+}
+
+TEST_CASE("one rank's step is the float64 forward, backward and momentum update written out here")
+{
+	// Every other test compares the builder with itself at another rank count; this one
+	// compares it with the model's definition: x W^T + b, ReLU, mean softmax cross-entropy,
+	// buf = 0.9 buf + g, p -= lr buf.
+	const Device cpu;
+	const Dataset data = tower::test::synthetic_dataset(256);
+	const int64_t batch = 16;
+	const float lr = 0.1f;
+	for (int64_t depth : {1, 2}) {
+		CAPTURE(depth);
+		auto model = make_model({"mlp", 16, depth, 11}, cpu);
+		tower::test::ReferenceMlp reference =
+			tower::test::reference_mlp_from(tower::test::parameter_values(*model), 784);
+		OptimizerConfig momentum;
+		momentum.name = "momentum";
+		momentum.momentum = 0.9f;
+		auto optimizer = make_optimizer(momentum, model->parameters());
+		const Topology alone(MPI_COMM_SELF, std::nullopt);
+		ReplicatedBuilder builder(alone, cpu, *model, *optimizer, {});
+		BatchAssembler assembler(data, batch, cpu);
+		for (int64_t s = 0; s < 8; ++s) {
+			CAPTURE(s);
+			const auto indices = consecutive(s * batch, batch);
+			const Batch& b = assembler.assemble(indices);
+			const auto expected = reference.forward_backward(b.images.to_host_f32(), labels_of(data, indices));
+			const StepStats stats = builder.step(b.images, b.labels, lr);
+			CHECK(stats.forward.loss == doctest::Approx(expected.loss).epsilon(1e-5));
+			CHECK(stats.forward.correct == expected.correct);
+			double squares = 0;
+			for (const auto* grads : {&expected.weight_grads, &expected.bias_grads})
+				for (const auto& g : *grads)
+					for (double v : g)
+						squares += v * v;
+			CHECK(stats.grad_norm == doctest::Approx(std::sqrt(squares)).epsilon(1e-5));
+			reference.step(expected, lr, 0.9);
+		}
+		const auto mine = tower::test::parameter_values(*model);
+		const auto theirs = reference.parameters();
+		REQUIRE(mine.size() == theirs.size());
+		for (size_t t = 0; t < mine.size(); ++t) {
+			CAPTURE(t);
+			CHECK(relative_difference(mine[t], theirs[t]) <= 1e-5);
+		}
+	}
+}
+
+TEST_CASE("evaluate returns the batch's loss and correct count and changes no parameter or gradient")
+{
+	const Device cpu;
+	const Dataset data = tower::test::synthetic_dataset(256);
+	auto model = make_model({"mlp", 16, 1, 5}, cpu);
+	auto optimizer = make_optimizer({}, model->parameters());
+	const Topology topology(world().comm(), std::nullopt);
+	ReplicatedBuilder builder(topology, cpu, *model, *optimizer, {});
+	BatchAssembler assembler(data, 16, cpu);
+	for (int64_t s = 0; s < 3; ++s) {
+		const Batch& b = assembler.assemble(consecutive(16 * (s * world().size() + world().rank()), 16));
+		builder.step(b.images, b.labels, 0.1f);
+	}
+	const auto values = tower::test::parameter_values(*model);
+	std::vector<std::vector<float>> gradients;
+	for (Parameter* p : model->parameters())
+		gradients.push_back(p->grad.to_host_f32());
+
+	const auto indices = consecutive(200, 16);
+	const Batch& b = assembler.assemble(indices);
+	const ForwardResult result = builder.evaluate(b.images, b.labels);
+	const auto expected = tower::test::reference_mlp_from(values, 784)
+				      .forward_backward(b.images.to_host_f32(), labels_of(data, indices));
+	CHECK(result.loss == doctest::Approx(expected.loss).epsilon(1e-5));
+	CHECK(result.correct == expected.correct);
+	CHECK(tower::test::parameter_values(*model) == values);
+	std::vector<std::vector<float>> gradients_after;
+	for (Parameter* p : model->parameters())
+		gradients_after.push_back(p->grad.to_host_f32());
+	CHECK(gradients_after == gradients);
+}
+
+TEST_CASE("a rank whose parameters differ makes check_replicas fail on every rank, naming it and the tensor")
+{
+	if (world().size() < 2)
+		return;
+	const Device cpu;
+	auto model = make_model({"mlp", 16, 1, 7}, cpu);
+	auto optimizer = make_optimizer({}, model->parameters());
+	const Topology topology(world().comm(), std::nullopt);
+	ReplicatedBuilder builder(topology, cpu, *model, *optimizer, {});
+	CHECK_NOTHROW(builder.check_replicas());
+	// The second tensor, so naming merely the first would be wrong.
+	const int odd_one = world().size() - 1;
+	Parameter& bias = *model->parameters().at(1);
+	REQUIRE(bias.name == "fc1.bias");
+	if (world().rank() == odd_one) {
+		auto v = bias.value.to_host_f32();
+		v[3] += 1.0f;
+		bias.value.copy_from(Tensor::from_host(v, bias.value.shape(), cpu));
+	}
+	CHECK_THROWS_WITH_AS(builder.check_replicas(),
+			     fmt::format("rank {}: parameters differ from rank 0's, first in 'fc1.bias'", odd_one).c_str(),
+			     AgreedError);
+}
+
+TEST_CASE("ranks that start with different loss-scale state all take rank 0's")
+{
+	const Device cpu;
+	auto model = make_model({"mlp", 16, 1, 7}, cpu);
+	auto optimizer = make_optimizer({}, model->parameters());
+	const Topology topology(world().comm(), std::nullopt);
+	ReplicatedOptions o;
+	o.loss_scale = parse_loss_scale("dynamic");
+	o.loss_scale.log2_init = 10.0 + world().rank();
+	ReplicatedBuilder builder(topology, cpu, *model, *optimizer, o);
+	CHECK(builder.loss_scaler().log2_scale() == 10.0);
+	const Dataset data = tower::test::synthetic_dataset(64);
+	BatchAssembler assembler(data, 8, cpu);
+	const Batch& b = assembler.assemble(consecutive(8 * world().rank(), 8));
+	const StepStats stats = builder.step(b.images, b.labels, 0.05f);
+	CHECK_FALSE(stats.skipped);
+	CHECK(stats.loss_scale_log2 == 10.0);
+	CHECK(builder.loss_scaler().log2_scale() == static_cast<double>(static_cast<float>(10.0 + 0.0005)));
+	CHECK_NOTHROW(builder.check_replicas());
 }

@@ -41,7 +41,8 @@ Trained run_training(const Topology& topology, const RunSpec& spec, const Datase
 // The parameters' f32 values.
 std::vector<std::vector<float>> parameter_values(Model& model);
 
-// max over tensors of ||a - b|| / ||b||.
+// max over tensors of ||a - b|| / ||b||; a failed check and infinity when a and b are empty or
+// differ in tensor count or sizes.
 double max_relative_difference(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b);
 
 } // namespace tower::test
