@@ -32,23 +32,27 @@ std::string host_name()
 	return name;
 }
 
-nlohmann::json rank_row(const Topology& topology, const Device& device)
+// "gpu" names the physical GPU (PCI bus id and UUID), which the index in "device" does not once
+// CUDA_VISIBLE_DEVICES renumbers the devices; empty on the CPU.
+nlohmann::json rank_row(const Topology& topology, const Device& device, const GpuRuntimeInfo& gpus)
 {
 	return {{"rank", topology.rank()},	     {"node", topology.node()},
 		{"local_rank", topology.local_rank()}, {"hostname", host_name()},
-		{"pid", static_cast<long>(getpid())},  {"device", device.name()}};
+		{"pid", static_cast<long>(getpid())},  {"device", device.name()},
+		{"gpu", physical_gpu(gpus, device)}};
 }
 
 void print_table(const nlohmann::json& ranks, const BuildInfo& build, const Topology& topology)
 {
 	fmt::print("tower {} — {} ranks on {} node(s){}\n\n", build.tower_version, topology.size(),
 		   topology.node_count(), topology.simulated() ? " (simulated by --ranks-per-node)" : "");
-	fmt::print("{:>5} {:>5} {:>10}  {:<24} {:>8}  {}\n", "rank", "node", "local_rank", "hostname", "pid",
-		   "device");
+	fmt::print("{:>5} {:>5} {:>10}  {:<24} {:>8}  {:<7} {}\n", "rank", "node", "local_rank", "hostname", "pid",
+		   "device", "gpu");
 	for (const auto& r : ranks)
-		fmt::print("{:>5} {:>5} {:>10}  {:<24} {:>8}  {}\n", r["rank"].get<int>(), r["node"].get<int>(),
+		fmt::print("{:>5} {:>5} {:>10}  {:<24} {:>8}  {:<7} {}\n", r["rank"].get<int>(), r["node"].get<int>(),
 			   r["local_rank"].get<int>(), r["hostname"].get<std::string>(), r["pid"].get<long>(),
-			   r["device"].get<std::string>());
+			   r["device"].get<std::string>(),
+			   r["gpu"].get<std::string>().empty() ? "-" : r["gpu"].get<std::string>());
 	fmt::print("\nbuild\n");
 	fmt::print("  tower          {}\n", build.tower_version);
 	fmt::print("  MPI            {} (standard {}), thread level {}\n", build.mpi_library, build.mpi_standard,
@@ -68,7 +72,7 @@ int run_info(World& world, const InfoOptions& options)
 	const BuildInfo build = collect_build_info(world);
 	const Device device = assign_device(topology, build.gpu, parse_device_preference(options.device));
 
-	const auto rows = gather_strings(world.comm(), rank_row(topology, device).dump());
+	const auto rows = gather_strings(world.comm(), rank_row(topology, device, build.gpu).dump());
 	if (world.rank() != 0)
 		return 0;
 	nlohmann::json ranks = nlohmann::json::array();

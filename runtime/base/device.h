@@ -27,10 +27,18 @@ DevicePreference parse_device_preference(const std::string& text);
 // Reads TOWER_DEVICE (auto|cpu|cuda), defaulting to auto.
 DevicePreference device_preference_from_env();
 
-// Collective over the topology's world. The rank L-th on its host gets CUDA device L when GPUs are visible
-// and wanted; otherwise the CPU. Throws tower::AgreedError on every rank, naming the counts,
-// when a host has more ranks than GPUs, or when CUDA was asked for and none is visible.
-// Makes the chosen GPU current for the calling thread.
+// Collective over the topology's world. The rank L-th on its host gets visible CUDA device
+// L modulo the visible count when GPUs are visible and wanted (so ranks that each see one GPU of
+// their own, as with Slurm --gpus-per-task or a per-rank CUDA_VISIBLE_DEVICES, take device 0);
+// otherwise the CPU. Throws tower::AgreedError on every rank when two ranks of a host would
+// drive the same physical GPU (naming the counts), or when CUDA was asked for and none is
+// visible. Selects nothing.
+Device choose_device(const Topology& topology, const GpuRuntimeInfo& gpus, DevicePreference preference);
+
+// choose_device, then makes the chosen GPU current for the calling thread.
 Device assign_device(const Topology& topology, const GpuRuntimeInfo& gpus, DevicePreference preference);
+
+// Which physical GPU `device` is ("PCI <bus id>, <UUID>" from gpus.device_ids); empty for the CPU.
+std::string physical_gpu(const GpuRuntimeInfo& gpus, const Device& device);
 
 } // namespace tower

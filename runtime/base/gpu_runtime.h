@@ -15,6 +15,9 @@ struct GpuRuntimeInfo {
 	std::string cublas = "not built";
 	std::string nccl = "not built";
 	std::vector<std::string> device_names;
+	// Per visible device: which physical GPU it is, "PCI <bus id>, <UUID>" (visible indices
+	// are renumbered by CUDA_VISIBLE_DEVICES; these are not).
+	std::vector<std::string> device_ids;
 };
 
 // Asks the CUDA runtime what it sees. Never throws: a machine without a driver has 0 devices.

@@ -1,6 +1,8 @@
 // The GPU probe of a CUDA build: devices and CUDA, cuBLAS and NCCL versions.
 #include "runtime/base/gpu_runtime.h"
 
+#include <cstdio>
+
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -14,6 +16,22 @@ namespace {
 std::string cuda_version_text(int v)
 {
 	return fmt::format("{}.{}", v / 1000, (v % 1000) / 10);
+}
+
+// "PCI 0000:41:00.0, GPU-6f3c...": the bus id and the UUID in nvidia-smi's spelling.
+std::string physical_id(int device, const cudaDeviceProp& prop)
+{
+	char bus[32] = {};
+	if (cudaDeviceGetPCIBusId(bus, sizeof bus, device) != cudaSuccess)
+		std::snprintf(bus, sizeof bus, "unknown");
+	std::string uuid = "GPU-";
+	const auto* b = reinterpret_cast<const unsigned char*>(prop.uuid.bytes);
+	for (int i = 0; i < 16; ++i) {
+		uuid += fmt::format("{:02x}", b[i]);
+		if (i == 3 || i == 5 || i == 7 || i == 9)
+			uuid += '-';
+	}
+	return fmt::format("PCI {}, {}", bus, uuid);
 }
 
 } // namespace
@@ -44,10 +62,13 @@ GpuRuntimeInfo probe_gpu_runtime()
 		info.why_none = "no CUDA device is visible";
 	for (int d = 0; d < count; ++d) {
 		cudaDeviceProp prop{};
-		if (cudaGetDeviceProperties(&prop, d) == cudaSuccess)
+		if (cudaGetDeviceProperties(&prop, d) == cudaSuccess) {
 			info.device_names.emplace_back(prop.name);
-		else
+			info.device_ids.push_back(physical_id(d, prop));
+		} else {
 			info.device_names.emplace_back("unknown");
+			info.device_ids.push_back(fmt::format("visible device {} (properties unreadable)", d));
+		}
 	}
 	return info;
 }

@@ -10,7 +10,7 @@ failures = []
 
 
 def run(np, *args, env=None):
-    return subprocess.run([mpirun, "-np", str(np), tower, "info", *args],
+    return subprocess.run([mpirun, "-np", str(np), tower, "info", "--device", "cpu", *args],
                           capture_output=True, text=True, timeout=120, env=env)
 
 
@@ -29,8 +29,9 @@ if r.returncode == 0:
     expect([x["node"] for x in ranks] == [0, 0, 1, 1], f"nodes wrong: {ranks}")
     expect([x["local_rank"] for x in ranks] == [0, 1, 0, 1], f"local ranks wrong: {ranks}")
     expect(len({x["pid"] for x in ranks}) == 4, "pids are not distinct processes")
-    expect(all(set(x) == {"rank", "node", "local_rank", "hostname", "pid", "device"} for x in ranks),
+    expect(all(set(x) == {"rank", "node", "local_rank", "hostname", "pid", "device", "gpu"} for x in ranks),
            "row keys differ from the documented ones")
+    expect(all(x["device"] == "cpu" and x.get("gpu") == "" for x in ranks), f"--device cpu rows name a GPU: {ranks}")
     expect(info["build"]["mpi_thread_level"] == "MPI_THREAD_MULTIPLE", "thread level not reported")
 
 # The table names both nodes.
