@@ -5,7 +5,19 @@
 
 namespace tower {
 
-CommThread::CommThread() : thread_([this] { loop(); }) {}
+CommThread::CommThread(std::function<void()> on_start)
+	: thread_([this, start = std::move(on_start)] {
+		  if (start)
+			  try {
+				  start();
+			  } catch (...) {
+				  std::lock_guard lock(mutex_);
+				  start_error_ = std::current_exception();
+			  }
+		  loop();
+	  })
+{
+}
 
 CommThread::~CommThread()
 {
@@ -30,6 +42,8 @@ void CommThread::wait_all()
 {
 	std::unique_lock lock(mutex_);
 	idle_.wait(lock, [this] { return jobs_.empty() && !running_job_; });
+	if (start_error_)
+		std::rethrow_exception(start_error_);
 	if (error_) {
 		auto error = error_;
 		error_ = nullptr;
@@ -52,6 +66,12 @@ void CommThread::loop()
 			return; // stopping, nothing left
 		auto job = std::move(jobs_.front());
 		jobs_.pop_front();
+		if (start_error_) {
+			// The thread is not set up for the jobs (its device was never selected).
+			if (jobs_.empty())
+				idle_.notify_all();
+			continue;
+		}
 		running_job_ = true;
 		lock.unlock();
 		const auto start = std::chrono::steady_clock::now();

@@ -15,14 +15,18 @@ namespace tower {
 // keeps the collectives matched across ranks.
 class CommThread {
 public:
-	CommThread();
+	// `on_start` runs first on the new thread, for per-thread setup such as selecting the rank's
+	// GPU (CUDA's current device is per host thread). If it throws, no job runs: submitted jobs
+	// are dropped and wait_all() rethrows its exception.
+	explicit CommThread(std::function<void()> on_start = {});
 	~CommThread();
 	CommThread(const CommThread&) = delete;
 	CommThread& operator=(const CommThread&) = delete;
 
 	void submit(std::function<void()> job);
 
-	// Blocks until every submitted job has run; rethrows the first exception a job threw.
+	// Blocks until every submitted job has run; rethrows the first exception a job threw (or, on
+	// every call, the one on_start threw).
 	void wait_all();
 
 	// Seconds spent inside jobs since construction.
@@ -38,6 +42,7 @@ private:
 	bool running_job_ = false;
 	bool stopping_ = false;
 	std::exception_ptr error_;
+	std::exception_ptr start_error_;
 	double busy_seconds_ = 0.0;
 	std::thread thread_;
 };

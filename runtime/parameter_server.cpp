@@ -10,6 +10,7 @@
 #include "collectives/signature_check.h"
 #include "models/ops.h"
 #include "runtime/base/error.h"
+#include "runtime/base/memory.h"
 #include "runtime/base/mpi_check.h"
 #include "runtime/replica_check.h"
 
@@ -260,6 +261,7 @@ StepStats ParameterServerStrategy::step(const Tensor& images, const Tensor& labe
 	if (is_worker()) {
 		const auto start = Clock::now();
 		stats.forward = accumulate(images, labels);
+		wait_default_stream(device_); // a GPU's kernels, not their launches
 		stats.compute_s = seconds(Clock::now() - start);
 		stats.micro_batches = micro_batches_;
 		// The micro-batches' sum becomes their mean before it leaves the worker.

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <exception>
 #include <limits>
 
 #include "collectives/broadcast_named.h"
@@ -10,6 +12,7 @@
 #include "collectives/signature_check.h"
 #include "models/ops.h"
 #include "runtime/base/error.h"
+#include "runtime/base/gpu_runtime.h"
 #include "runtime/base/memory.h"
 #include "runtime/base/mpi_check.h"
 #include "runtime/replica_check.h"
@@ -75,17 +78,39 @@ ReplicatedBuilder::ReplicatedBuilder(const Topology& topology, const Device& dev
 	broadcast_named(topology_, variables_to_sync, 0);
 	auto scaler_state = loss_scaler_.state();
 	broadcast_named(topology_, scaler_state, 0);
-	if (options_.overlap)
-		comm_thread_ = std::make_unique<CommThread>();
+	if (options_.overlap) {
+		// CUDA's current device is per host thread: the casts, copies and collectives of the
+		// communication thread must run on this rank's GPU, not on device 0.
+		comm_thread_ = std::make_unique<CommThread>([gpu = device_] {
+			if (gpu.is_cuda())
+				select_gpu(gpu.index);
+		});
+	}
 }
 
 ReplicatedBuilder::~ReplicatedBuilder()
 {
-	// The gradients are views into the bucket storage, which goes with this object.
+	// The gradients are views into the bucket storage, which goes with this object. Copying them
+	// out allocates and copies on the device, which fails after a sticky CUDA error: then (and
+	// while an exception unwinds, whose message is the one that matters) they are dropped instead,
+	// so nothing points into freed memory and no second error hides the first.
+	comm_thread_.reset();
+	bool keep = std::uncaught_exceptions() == 0;
 	for (Parameter* p : parameters_) {
-		Tensor own = Tensor::empty(p->grad.shape(), p->grad.dtype(), p->grad.device());
-		own.copy_from(p->grad);
-		p->grad = own;
+		if (keep) {
+			try {
+				Tensor own = Tensor::empty(p->grad.shape(), p->grad.dtype(), p->grad.device());
+				own.copy_from(p->grad);
+				p->grad = own;
+				continue;
+			} catch (const std::exception& e) {
+				std::fprintf(stderr, "tower: rank %d: the gradients could not be given memory of their "
+					     "own (%s); they are dropped with the replicated builder\n",
+					     topology_.rank(), e.what());
+				keep = false;
+			}
+		}
+		p->grad = Tensor();
 	}
 }
 
@@ -170,6 +195,10 @@ size_t ReplicatedBuilder::bytes_moved_per_step() const
 
 void ReplicatedBuilder::reduce_bucket(size_t b)
 {
+	// On a GPU the collective waits for the kernels queued before it (see the NCCL communicator):
+	// the interval starts when they are done, so waiting for compute is not counted as hidden
+	// communication.
+	wait_default_stream(device_);
 	const auto start = Clock::now();
 	update_->reduce(b);
 	reduce_intervals_[b] = {start, Clock::now()};
@@ -217,6 +246,9 @@ void ReplicatedBuilder::backward(bool communicate, StepStats* stats)
 		model_.backward([this](const Parameter& p) { on_gradient_ready(p); }, options);
 	else
 		model_.backward({}, options);
+	// On a GPU backward returns once its kernels are queued: wait for them, so compute_s counts
+	// the kernels rather than their launches.
+	wait_default_stream(device_);
 	stats->compute_s += seconds(Clock::now() - start);
 	++micro_batches_;
 }
@@ -235,8 +267,10 @@ StepStats ReplicatedBuilder::step(const Tensor& images, const Tensor& labels, fl
 	const auto backward_start = Clock::now();
 	backward(comm_thread_ != nullptr, &stats);
 	// Communication before the last gradient was ready ran beside backward's compute; measuring
-	// up to backward's return instead would count time the scheduler merely interleaved.
-	const auto backward_end = comm_thread_ ? last_gradient_ready_ : Clock::now();
+	// up to backward's return instead would count time the scheduler merely interleaved. On a GPU
+	// the last gradient is reported when its kernel is queued, and backward() returned only after
+	// the kernels finished: that is the end.
+	const auto backward_end = comm_thread_ && !device_.is_cuda() ? last_gradient_ready_ : Clock::now();
 	stats.micro_batches = micro_batches_;
 
 	if (comm_thread_) {

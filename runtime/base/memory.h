@@ -26,4 +26,9 @@ size_t peak_memory_bytes(const Device& device);
 // Waits for all work queued on the device (a no-op on the CPU).
 void device_synchronize(const Device& device);
 
+// Waits for the work queued so far on the device's default stream, where tower's kernels, cuBLAS
+// and copies run, but not for a collective in flight on a communication stream (a no-op on the
+// CPU). Timings read the clock after it, so they count kernels rather than their launches.
+void wait_default_stream(const Device& device);
+
 } // namespace tower

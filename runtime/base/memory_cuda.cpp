@@ -2,6 +2,7 @@
 #include <cstring>
 
 #include "runtime/base/cuda_check.h"
+#include "runtime/base/gpu_runtime.h"
 #include "runtime/base/memory.h"
 #include "runtime/base/memory_host.h"
 
@@ -13,6 +14,8 @@ void* device_alloc(const Device& device, size_t bytes)
 		return host_alloc(bytes);
 	if (bytes == 0)
 		return nullptr;
+	// CUDA's current device is per host thread; the caller's thread may never have chosen one.
+	select_gpu(device.index);
 	void* p = nullptr;
 	const cudaError_t rc = cudaMalloc(&p, bytes);
 	if (rc != cudaSuccess)
@@ -25,8 +28,10 @@ void device_free(const Device& device, void* pointer) noexcept
 {
 	if (!device.is_cuda())
 		host_free(pointer);
-	else if (pointer)
+	else if (pointer) {
+		cudaSetDevice(device.index);
 		cudaFree(pointer);
+	}
 }
 
 void copy_bytes(void* dst, const Device& dst_device, const void* src, const Device& src_device, size_t bytes)
@@ -37,18 +42,25 @@ void copy_bytes(void* dst, const Device& dst_device, const void* src, const Devi
 		std::memcpy(dst, src, bytes);
 		return;
 	}
-	// cudaMemcpyDefault infers the direction from unified addressing.
-	TOWER_CUDA(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+	select_gpu(dst_device.is_cuda() ? dst_device.index : src_device.index);
+	// cudaMemcpyDefault infers the direction from unified addressing. A plain cudaMemcpy may return
+	// before a device-to-device or pageable host-to-device copy is done; the promise is that the
+	// copy is complete, so wait for the default stream (and only it: a collective in flight on the
+	// communication stream is not this copy's business).
+	TOWER_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cudaStreamLegacy));
+	TOWER_CUDA(cudaStreamSynchronize(cudaStreamLegacy));
 }
 
 void zero_bytes(void* pointer, const Device& device, size_t bytes)
 {
 	if (bytes == 0)
 		return;
-	if (!device.is_cuda())
+	if (!device.is_cuda()) {
 		std::memset(pointer, 0, bytes);
-	else
+	} else {
+		select_gpu(device.index);
 		TOWER_CUDA(cudaMemset(pointer, 0, bytes));
+	}
 }
 
 size_t peak_memory_bytes(const Device& device)
@@ -62,8 +74,18 @@ size_t peak_memory_bytes(const Device& device)
 
 void device_synchronize(const Device& device)
 {
-	if (device.is_cuda())
+	if (device.is_cuda()) {
+		select_gpu(device.index);
 		TOWER_CUDA(cudaDeviceSynchronize());
+	}
+}
+
+void wait_default_stream(const Device& device)
+{
+	if (device.is_cuda()) {
+		select_gpu(device.index);
+		TOWER_CUDA(cudaStreamSynchronize(cudaStreamLegacy));
+	}
 }
 
 } // namespace tower

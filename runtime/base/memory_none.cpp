@@ -56,4 +56,9 @@ void device_synchronize(const Device& device)
 	require_cpu(device);
 }
 
+void wait_default_stream(const Device& device)
+{
+	require_cpu(device);
+}
+
 } // namespace tower

@@ -1,6 +1,8 @@
 // N-rank replicated training must match 1-rank training at the same global batch, for every mode.
 #include <cmath>
 #include <numeric>
+#include <stdexcept>
+#include <string>
 
 #include <doctest/doctest.h>
 #include <fmt/format.h>
@@ -316,4 +318,32 @@ TEST_CASE("ranks that start with different loss-scale state all take rank 0's")
 	CHECK(stats.loss_scale_log2 == 10.0);
 	CHECK(builder.loss_scaler().log2_scale() == static_cast<double>(static_cast<float>(10.0 + 0.0005)));
 	CHECK_NOTHROW(builder.check_replicas());
+}
+
+TEST_CASE("the builder gives the gradients memory of their own when it goes, and drops them while an exception unwinds")
+{
+	const Device cpu;
+	const Topology topology(world().comm(), std::nullopt);
+	auto model = make_model({"mlp", 16, 1, 7}, cpu);
+	auto optimizer = make_optimizer({}, model->parameters());
+	{
+		ReplicatedBuilder builder(topology, cpu, *model, *optimizer, ReplicatedOptions{});
+	}
+	for (const Parameter* p : model->parameters()) {
+		CAPTURE(p->name);
+		CHECK(p->grad.data() != nullptr);
+		CHECK(p->grad.shape() == p->value.shape());
+	}
+	// Unwinding, the copies are not attempted: after a CUDA error they would throw a second
+	// exception from a destructor, which ends the program without the first one's message.
+	try {
+		ReplicatedBuilder builder(topology, cpu, *model, *optimizer, ReplicatedOptions{});
+		throw std::runtime_error("the first error");
+	} catch (const std::runtime_error& e) {
+		CHECK(std::string(e.what()) == "the first error");
+	}
+	for (const Parameter* p : model->parameters()) {
+		CAPTURE(p->name);
+		CHECK(p->grad.data() == nullptr);
+	}
 }
