@@ -1,6 +1,7 @@
 // The NCCL backend of Communicator, for buffers in CUDA device memory.
 #include "collectives/nccl_communicator.h"
 
+#include <exception>
 #include <thread>
 
 #include <cuda_runtime.h>
@@ -57,23 +58,32 @@ public:
 		TOWER_MPI(MPI_Comm_rank(own, &rank_));
 		TOWER_MPI(MPI_Comm_size(own, &size_));
 		select_gpu(device.index);
-		ncclUniqueId id{};
+		// Rank 0's failure to make the id travels with it, so no rank waits in the broadcast or in
+		// ncclCommInitRank for a peer that gave up.
+		struct {
+			ncclUniqueId id;
+			ncclResult_t made;
+		} root{{}, ncclSuccess};
 		if (rank_ == 0)
-			TOWER_NCCL(ncclGetUniqueId(&id));
-		TOWER_MPI(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, own));
-		TOWER_NCCL(ncclCommInitRank(&comm_, size_, id, rank_));
-		TOWER_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+			root.made = ncclGetUniqueId(&root.id);
+		TOWER_MPI(MPI_Bcast(&root, sizeof root, MPI_BYTE, 0, own));
+		if (root.made != ncclSuccess)
+			throw Error(fmt::format("ncclGetUniqueId failed on rank 0 of {}: {}; check NCCL's installation "
+						"and NCCL_DEBUG=WARN output on rank 0", size_, ncclGetErrorString(root.made)));
+		TOWER_NCCL(ncclCommInitRank(&comm_, size_, root.id, rank_));
+		try {
+			TOWER_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+			TOWER_CUDA(cudaEventCreateWithFlags(&inputs_ready_, cudaEventDisableTiming));
+		} catch (...) {
+			release(true);
+			throw;
+		}
 	}
 
-	~NcclCommunicator() override
-	{
-		if (scratch_)
-			cudaFree(scratch_);
-		if (stream_)
-			cudaStreamDestroy(stream_);
-		if (comm_)
-			ncclCommDestroy(comm_);
-	}
+	// While an exception unwinds (a peer failed, a CUDA error), a collective may still be in
+	// flight waiting for ranks that will never join: aborting ends it where destroying would
+	// wait forever. The communicator goes before any cudaFree, which synchronizes the device.
+	~NcclCommunicator() override { release(failed_ || std::uncaught_exceptions() > 0); }
 
 	int rank() const override { return rank_; }
 	int size() const override { return size_; }
@@ -81,39 +91,65 @@ public:
 
 	void all_reduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override
 	{
-		TOWER_NCCL(ncclAllReduce(send, recv, count, nccl_type(dtype), nccl_op(op), comm_, stream_));
-		wait();
+		run([&] { return ncclAllReduce(send, recv, count, nccl_type(dtype), nccl_op(op), comm_, stream_); });
 	}
 
 	void reduce_scatter(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override
 	{
-		TOWER_NCCL(ncclReduceScatter(send, recv, count, nccl_type(dtype), nccl_op(op), comm_, stream_));
-		wait();
+		run([&] { return ncclReduceScatter(send, recv, count, nccl_type(dtype), nccl_op(op), comm_, stream_); });
 	}
 
 	void all_gather(const void* send, void* recv, size_t count, DType dtype) override
 	{
-		TOWER_NCCL(ncclAllGather(send, recv, count, nccl_type(dtype), comm_, stream_));
-		wait();
+		run([&] { return ncclAllGather(send, recv, count, nccl_type(dtype), comm_, stream_); });
 	}
 
 	void broadcast(void* data, size_t count, DType dtype, int root) override
 	{
-		TOWER_NCCL(ncclBroadcast(data, data, count, nccl_type(dtype), root, comm_, stream_));
-		wait();
+		run([&] { return ncclBroadcast(data, data, count, nccl_type(dtype), root, comm_, stream_); });
 	}
 
 	void barrier() override
 	{
 		// A one-element all-reduce on the stream orders this barrier after queued collectives.
-		if (!scratch_)
+		if (!scratch_) {
+			select_gpu(device_.index);
 			TOWER_CUDA(cudaMalloc(&scratch_, sizeof(float)));
+		}
 		all_reduce(scratch_, scratch_, 1, DType::f32, ReduceOp::sum);
 	}
 
 private:
+	// Every call may come from another host thread (the communication thread), and CUDA's current
+	// device is per thread. The buffers were written by work on the default stream (backward's
+	// kernels, cuBLAS, casts, packing, cudaMemset): the communication stream waits for all of it,
+	// or a collective could read a bucket before it holds the gradients.
+	void begin()
+	{
+		TOWER_CHECK(comm_, "NCCL communicator of rank {} of {} was aborted after an earlier failure; "
+			    "create a new one", rank_, size_);
+		select_gpu(device_.index);
+		TOWER_CUDA(cudaEventRecord(inputs_ready_, cudaStreamLegacy));
+		TOWER_CUDA(cudaStreamWaitEvent(stream_, inputs_ready_, 0));
+	}
+
+	// A collective that failed to launch on this rank may have launched on the others: from then
+	// on the communicator is only aborted, never waited on.
+	template <typename Launch> void run(Launch launch)
+	{
+		failed_ = true; // until the collective is complete
+		begin();
+		const ncclResult_t rc = launch();
+		if (rc != ncclSuccess && rc != ncclInProgress)
+			throw Error(fmt::format("NCCL collective on rank {} of {} failed to start: {}", rank_, size_,
+						ncclGetErrorString(rc)));
+		wait();
+		failed_ = false;
+	}
+
 	// Waits for the stream while polling NCCL: a peer that died or a network failure shows up as
-	// an asynchronous error, which would otherwise leave the stream waiting forever.
+	// an asynchronous error, which would otherwise leave the stream waiting forever. Returning
+	// only once the collective is complete orders every later use of its buffers after it.
 	void wait()
 	{
 		for (;;) {
@@ -123,7 +159,9 @@ private:
 			if (done != cudaErrorNotReady)
 				TOWER_CUDA(done);
 			ncclResult_t async = ncclSuccess;
-			TOWER_NCCL(ncclCommGetAsyncError(comm_, &async));
+			const ncclResult_t polled = ncclCommGetAsyncError(comm_, &async);
+			if (polled != ncclSuccess)
+				async = polled;
 			if (async != ncclSuccess && async != ncclInProgress) {
 				ncclCommAbort(comm_);
 				comm_ = nullptr;
@@ -135,12 +173,37 @@ private:
 		}
 	}
 
+	// Never throws: a destructor may run after a sticky CUDA error, and only the first error
+	// says what went wrong.
+	void release(bool abort) noexcept
+	{
+		cudaSetDevice(device_.index);
+		if (comm_) {
+			if (abort)
+				ncclCommAbort(comm_);
+			else
+				ncclCommDestroy(comm_);
+			comm_ = nullptr;
+		}
+		if (scratch_)
+			cudaFree(scratch_);
+		if (inputs_ready_)
+			cudaEventDestroy(inputs_ready_);
+		if (stream_)
+			cudaStreamDestroy(stream_);
+		scratch_ = nullptr;
+		inputs_ready_ = nullptr;
+		stream_ = nullptr;
+	}
+
 	CommHandle mpi_;
 	Device device_;
 	int rank_ = 0, size_ = 1;
 	ncclComm_t comm_ = nullptr;
 	cudaStream_t stream_ = nullptr;
+	cudaEvent_t inputs_ready_ = nullptr;
 	void* scratch_ = nullptr;
+	bool failed_ = false; // a collective failed: the destructor aborts instead of destroying
 };
 
 } // namespace

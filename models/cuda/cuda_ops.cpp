@@ -191,6 +191,8 @@ XentResult CudaOps::softmax_xent_forward(const Tensor& logits, const Tensor& lab
 	const int64_t rows = logits.dim(0);
 	if (xent_rows_.numel() < 2 * rows)
 		xent_rows_ = Tensor::empty({2 * rows}, DType::f32, device_);
+	// The kernel only ever sets the flag: clear it, or one bad batch fails every later forward.
+	zero_bytes(xent_bad_label_.data(), device_, xent_bad_label_.bytes());
 	cuda::softmax_xent_forward(logits.dtype(), logits.data(), labels.data_as<int32_t>(), probs.data(),
 				   xent_rows_.data_as<float>(), xent_totals_.data_as<float>(),
 				   xent_bad_label_.data_as<int32_t>(), rows, logits.dim(1));
