@@ -13,7 +13,7 @@ tmp = tempfile.mkdtemp(prefix="tower-strategy-test-")
 
 
 def run(np, *args):
-    return subprocess.run([mpirun, "-np", str(np), tower, "train", "--model", "mlp", "--hidden", "64",
+    return subprocess.run([mpirun, "-np", str(np), tower, "train", "--device", "cpu", "--model", "mlp", "--hidden", "64",
                            "--depth", "1", "--batch", "32", "--epochs", "1", *args],
                           capture_output=True, text=True, timeout=300)
 

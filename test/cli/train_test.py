@@ -14,7 +14,7 @@ tmp = tempfile.mkdtemp(prefix="tower-train-test-")
 
 
 def run(np, *args, hidden=64, batch=32):
-    return subprocess.run([mpirun, "-np", str(np), tower, "train", "--model", "mlp", "--hidden", str(hidden),
+    return subprocess.run([mpirun, "-np", str(np), tower, "train", "--device", "cpu", "--model", "mlp", "--hidden", str(hidden),
                            "--depth", "1", "--batch", str(batch), *args],
                           capture_output=True, text=True, timeout=300)
 
@@ -78,7 +78,7 @@ if r.returncode == 0:
 # bit, which is not promised; the logged losses (the mean over ranks of each rank's mean) must
 # agree closely, which a sum in place of the mean would not.
 one = os.path.join(tmp, "one.jsonl")
-r1 = subprocess.run([mpirun, "-np", "1", tower, "train", "--model", "mlp", "--hidden", "64", "--depth", "1",
+r1 = subprocess.run([mpirun, "-np", "1", tower, "train", "--device", "cpu", "--model", "mlp", "--hidden", "64", "--depth", "1",
                      "--batch", "64", "--max-steps", "40", "--log-every", "10", "--metrics", one],
                     capture_output=True, text=True, timeout=300)
 expect(r1.returncode == 0, f"1-rank run failed: {r1.stderr[-2000:]}")
