@@ -1,9 +1,11 @@
 // GPU test: each layer's forward and backward, and whole models, on CUDA against the CPU backend.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "models/init.h"
 #include "models/layers/conv2d.h"
@@ -12,6 +14,7 @@
 #include "models/layers/maxpool2d.h"
 #include "models/layers/relu.h"
 #include "models/model_factory.h"
+#include "models/ops.h"
 #include "runtime/base/device.h"
 #include "test/gpu/gpu_device.h"
 #include "test/harness/mpi_main.h"
@@ -114,4 +117,26 @@ TEST_CASE("the mlp and the cnn give the same loss, correct count and gradients o
 			check_close(pc[i]->grad, pg[i]->grad, pc[i]->name.c_str());
 		}
 	}
+}
+
+// The kernel only ever sets the bad-label flag; were it not cleared before each forward, every
+// batch after one bad label would be refused too.
+TEST_CASE("a bad label fails its own forward only")
+{
+	const Device g = gpu();
+	const Ops& ops = ops_for(g);
+	const int64_t rows = 4, classes = 10;
+	const Tensor logits = on(g, Tensor::from_host(std::vector<float>(rows * classes, 0.5f), {rows, classes}, Device{}));
+	const Tensor probs = Tensor::empty({rows, classes}, DType::f32, g);
+	auto labels_of = [&](std::vector<int32_t> values) {
+		Tensor host = Tensor::empty({rows}, DType::i32, Device{});
+		std::copy(values.begin(), values.end(), host.data_as<int32_t>());
+		return on(g, host);
+	};
+	const Tensor good = labels_of({0, 3, 9, 1}), bad = labels_of({0, 10, 2, 1});
+	CHECK_NOTHROW(ops.softmax_xent_forward(logits, good, probs));
+	CHECK_THROWS_WITH(ops.softmax_xent_forward(logits, bad, probs), doctest::Contains("outside [0, 10)"));
+	XentResult after{};
+	CHECK_NOTHROW(after = ops.softmax_xent_forward(logits, good, probs));
+	CHECK(after.loss == doctest::Approx(std::log(10.0)).epsilon(1e-5));
 }

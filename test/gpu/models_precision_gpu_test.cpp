@@ -6,6 +6,7 @@
 #include <functional>
 #include <limits>
 #include <memory>
+#include <string>
 
 #include "models/init.h"
 #include "models/layers/conv2d.h"
@@ -74,6 +75,26 @@ void compare_layer(const LayerMaker& make, const Tensor& x, DType t)
 	}
 }
 
+// Bounds for whole models on the GPU against f32 on the CPU, per type (relative L2, see
+// precision_checks.h). The GPU rounds at other points than the CPU's 16-bit path (cublasGemmEx
+// rounds each f32-accumulated output once; the CPU rounds its blocked partial sums), so which
+// max-pool windows end in a 16-bit tie is another draw, not the CPU test batch's:
+// - convolutions behind pooling: the CPU measured bf16 0.079 on the test batch but up to 0.155
+//   over 16 batches, f16 at most 0.037; the GPU gets bf16 0.2 and f16 0.05 (about 1.3x the
+//   worst seen). Not yet measured on a GPU: docs/gpu-validation.md records the first run.
+// - the CNN's fully connected layers take pooled activations that went through two convolutions
+//   and two poolings in 16 bits, each rounding at 2^-9 (bf16) or 2^-12 (f16) relative, so their
+//   gradients get three times the per-layer bound: bf16 3e-2, f16 6e-3.
+// - everything else (the MLP): the per-layer bound, bf16 1e-2 and f16 2e-3.
+double gpu_model_tolerance(const std::string& model, const std::string& parameter, DType t)
+{
+	if (model != "cnn")
+		return precision_tolerance(t);
+	if (parameter.starts_with("conv"))
+		return t == DType::bf16 ? 0.2 : 0.05;
+	return 3 * precision_tolerance(t);
+}
+
 } // namespace
 
 TEST_CASE("f16 and bf16 layers on the GPU agree with f32 on the CPU")
@@ -114,11 +135,7 @@ TEST_CASE("both models in f16 and bf16 on the GPU agree with f32 on the CPU; f16
 			const auto pr = ref->parameters(), pl = low->parameters();
 			for (size_t i = 0; i < pr.size(); ++i) {
 				scale(pl[i]->grad, 1.0f / 8.0f);
-				// Max-pool ties in 16 bits move convolution gradients by a few percent; the bound
-				// per type is the CPU test's (see precision_checks.h), not measured on a GPU.
-				const bool behind_pooling = pr[i]->name.starts_with("conv");
-				check_close(pr[i]->grad, pl[i]->grad,
-					    behind_pooling ? test::pooled_conv_tolerance(t) : precision_tolerance(t), pr[i]->name);
+				check_close(pr[i]->grad, pl[i]->grad, gpu_model_tolerance(name, pr[i]->name, t), pr[i]->name);
 			}
 			low->backward({}, BackwardOptions{false, 16777216.0f});
 			bool finite = true;

@@ -6,6 +6,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <doctest/doctest.h>
@@ -94,15 +95,31 @@ void print_marked(int rank, const std::string& text)
 	std::fflush(stderr);
 }
 
-bool gpu_visible_everywhere(int rank)
+// The ranks sharing this rank's host, and this rank's place among them.
+std::pair<int, int> host_local_rank_and_size()
+{
+	MPI_Comm host = MPI_COMM_NULL;
+	MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host);
+	int rank = 0, size = 1;
+	MPI_Comm_rank(host, &rank);
+	MPI_Comm_size(host, &size);
+	MPI_Comm_free(&host);
+	return {rank, size};
+}
+
+// Every rank needs a GPU of its own (NCCL refuses two ranks on one GPU): with fewer GPUs than
+// ranks on a host, as under mpirun -np 2 on a one-GPU machine, the test skips.
+bool gpu_for_every_rank(int rank)
 {
 	const GpuRuntimeInfo gpus = probe_gpu_runtime();
-	const bool everywhere = all_true(MPI_COMM_WORLD, gpus.device_count > 0);
+	const auto [local_rank, local_size] = host_local_rank_and_size();
+	const bool everywhere = all_true(MPI_COMM_WORLD, gpus.device_count >= local_size);
 	if (!everywhere && rank == 0)
-		std::printf("SKIP: a GPU test needs a visible GPU on every rank (rank 0: %s)\n",
-			    gpus.device_count > 0 ? "has one" : gpus.why_none.c_str());
+		std::printf("SKIP: a GPU test needs a GPU of its own for every rank (rank 0: %d rank(s) on its host, "
+			    "%d GPU(s) visible%s%s)\n",
+			    local_size, gpus.device_count, gpus.device_count > 0 ? "" : ": ", gpus.why_none.c_str());
 	if (everywhere)
-		select_gpu(0);
+		select_gpu(local_rank);
 	return everywhere;
 }
 
@@ -118,7 +135,7 @@ int run_tests(int argc, char** argv, bool needs_gpu)
 	World the_world(&argc, &argv);
 	g_world = &the_world;
 	const int rank = the_world.rank();
-	if (needs_gpu && !gpu_visible_everywhere(rank))
+	if (needs_gpu && !gpu_for_every_rank(rank))
 		return 77;
 
 	doctest::Context context;

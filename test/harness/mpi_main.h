@@ -11,7 +11,9 @@ World& world();
 
 // Runs every test case on every rank and combines the verdicts: a test case fails when it fails
 // on any rank, and rank 0 names the failing ranks. With `needs_gpu`, all ranks first agree
-// whether each sees a GPU; if any does not, all finalize and return 77 (meson's SKIP).
+// whether each has a GPU of its own (at least as many visible GPUs as ranks on its host); if
+// any does not, all finalize and return 77 (meson's SKIP). Otherwise each rank's current
+// device is its host-local rank.
 int run_tests(int argc, char** argv, bool needs_gpu);
 
 } // namespace tower::test

@@ -41,13 +41,13 @@ std::vector<std::vector<float>> parameter_values(Model& model)
 Trained run_training(const Topology& topology, const RunSpec& spec, const Dataset& data, int sampler_rank,
 		     int sampler_world)
 {
-	const Device cpu;
-	auto model = make_model(spec.model, cpu);
+	const Device device = spec.device;
+	auto model = make_model(spec.model, device);
 	auto optimizer = make_optimizer(spec.optimizer, model->parameters());
-	ReplicatedBuilder builder(topology, cpu, *model, *optimizer, spec.options);
+	ReplicatedBuilder builder(topology, device, *model, *optimizer, spec.options);
 	DistributedSampler sampler(data.count, spec.batch, sampler_rank < 0 ? topology.rank() : sampler_rank,
 				   sampler_world < 0 ? topology.size() : sampler_world, 99);
-	BatchAssembler assembler(data, spec.batch, cpu);
+	BatchAssembler assembler(data, spec.batch, device);
 	Trained out;
 	int64_t micro = 0;
 	auto next = [&]() -> const Batch& {

@@ -21,6 +21,7 @@ struct RunSpec {
 	ModelConfig model{"mlp", 32, 1, 7};
 	OptimizerConfig optimizer{};
 	ReplicatedOptions options{};
+	Device device{};        // where the model, batches and buckets live (the GPU tests pass a GPU)
 	// Called after every update with the builder and the stats of that update.
 	std::function<void(const ReplicatedBuilder&, const StepStats&, int step)> after_step;
 };
