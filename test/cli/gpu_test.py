@@ -3,6 +3,7 @@
 Usage: gpu_test.py TOWER [DATA_DIR]   (one rank, started directly: the GPU machine may have no mpirun)"""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -10,7 +11,6 @@ import tempfile
 tower = sys.argv[1]
 data = ["--data", sys.argv[2]] if len(sys.argv) > 2 else []
 failures = []
-tmp = tempfile.mkdtemp(prefix="tower-gpu-test-")
 
 
 def expect(cond, what):
@@ -29,6 +29,7 @@ if probe.returncode != 0:
 if json.loads(probe.stdout)["build"]["gpu_count"] == 0:
     print("SKIP: no GPU visible")
     sys.exit(77)
+tmp = tempfile.mkdtemp(prefix="tower-gpu-test-")
 
 r = run("info", "--device", "cuda", "--json")
 expect(r.returncode == 0, f"info --device cuda failed: {r.stderr}")
@@ -54,6 +55,7 @@ cpu, gpu = losses("cpu"), losses("cuda")
 expect(len(cpu) == 4 and len(gpu) == 4, f"step lines: cpu {cpu}, gpu {gpu}")
 expect(all(abs(a - b) <= 1e-3 * max(1.0, abs(a)) for a, b in zip(cpu, gpu)), f"losses differ: cpu {cpu}, gpu {gpu}")
 
+shutil.rmtree(tmp, ignore_errors=True)
 if failures:
     print("gpu_test: FAILED\n  " + "\n  ".join(failures))
     sys.exit(1)
