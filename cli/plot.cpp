@@ -24,34 +24,31 @@ struct PlotOptions {
 };
 
 // The script where `meson install` puts it (PREFIX/LIBEXECDIR/tower, PREFIX being the directory
-// above BINDIR holding this executable, so a relocated or DESTDIR install works too), else where
-// the build tree has it (beside the executable, under cli/). TOWER_PLOT_SCRIPT overrides both.
-// Empty, having said where it looked, when there is none.
+// above BINDIR holding this executable, so a relocated or DESTDIR install works too), or, for the
+// tower in its build tree, the source tree's. TOWER_PLOT_SCRIPT overrides both. Empty, having said
+// where it looked, when there is none.
 fs::path find_script()
 {
-	if (const char* forced = std::getenv("TOWER_PLOT_SCRIPT"))
+	if (const char* forced = std::getenv("TOWER_PLOT_SCRIPT"); forced && *forced)
 		return forced;
 	std::error_code error;
 	const fs::path exe_dir = fs::read_symlink("/proc/self/exe", error).parent_path();
-	std::vector<fs::path> candidates;
-	const fs::path libexec(TOWER_LIBEXECDIR);
-	if (libexec.is_absolute()) {
-		candidates.push_back(libexec / "tower" / "tower-plot.py");
+	fs::path script;
+	if (fs::equivalent(exe_dir, TOWER_BUILD_ROOT, error)) {
+		script = TOWER_SOURCE_PLOT_SCRIPT;
+	} else if (const fs::path libexec(TOWER_LIBEXECDIR); libexec.is_absolute()) {
+		script = libexec / "tower" / "tower-plot.py";
 	} else {
 		fs::path prefix = exe_dir;
 		for (const auto& part : fs::path(TOWER_BINDIR))
 			if (!part.empty())
 				prefix = prefix.parent_path();
-		candidates.push_back(prefix / libexec / "tower" / "tower-plot.py");
+		script = prefix / libexec / "tower" / "tower-plot.py";
 	}
-	candidates.push_back(exe_dir / "cli" / "tower-plot.py");
-	for (const fs::path& c : candidates)
-		if (fs::exists(c, error))
-			return c;
-	std::fprintf(stderr, "error: tower-plot.py was not found; looked at:\n");
-	for (const fs::path& c : candidates)
-		std::fprintf(stderr, "  %s\n", c.c_str());
-	std::fprintf(stderr, "reinstall tower or set TOWER_PLOT_SCRIPT to the script's path\n");
+	if (fs::exists(script, error))
+		return script;
+	std::fprintf(stderr, "error: tower plot's script %s is missing; reinstall tower or set TOWER_PLOT_SCRIPT "
+			     "to tower-plot.py's path\n", script.c_str());
 	return {};
 }
 
