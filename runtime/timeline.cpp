@@ -103,10 +103,10 @@ int tid_locked(Recorder& r)
 	const std::string name = this_thread.name ? this_thread.name
 			       : this_thread.tid == 0 ? std::string("main")
 						     : fmt::format("thread {}", this_thread.tid);
-	std::string line = fmt::format(R"({{"name":"thread_name","ph":"M","pid":{},"tid":{},"args":{{"name":)", r.rank,
+	std::string line = fmt::format(R"(,{{"name":"thread_name","ph":"M","pid":{},"tid":{},"args":{{"name":)", r.rank,
 				       this_thread.tid);
 	append_json_string(&line, name);
-	line += "}},\n";
+	line += "}}\n";
 	append_locked(r, line);
 	return this_thread.tid;
 }
@@ -128,15 +128,17 @@ std::string read_file(const std::string& path)
 	return text.str();
 }
 
-// The merged trace: one JSON array of every rank's events (each part's lines end in commas).
+// The merged trace: one JSON array of every rank's events. Each part holds its rank's events
+// after the opening bracket, the first bare and every later one led by a comma.
 std::string merge(const std::vector<std::string>& parts)
 {
 	std::string out = "[\n";
-	for (const std::string& part : parts)
-		out += part;
-	while (!out.empty() && (out.back() == '\n' || out.back() == ','))
-		out.pop_back();
-	out += "\n]\n";
+	for (size_t i = 0; i < parts.size(); ++i) {
+		if (i > 0)
+			out += ",";
+		out += parts[i];
+	}
+	out += "]\n";
 	return out;
 }
 
@@ -168,11 +170,11 @@ void write_complete(const char* name, const char* category, double start_us, dou
 	if (r.file == nullptr)
 		return; // the recording ended while the span ran
 	const int tid = tid_locked(r);
-	std::string line = fmt::format(R"({{"name":"{}","cat":"{}","ph":"X","pid":{},"tid":{},"ts":{:.1f},"dur":{:.1f})",
+	std::string line = fmt::format(R"(,{{"name":"{}","cat":"{}","ph":"X","pid":{},"tid":{},"ts":{:.1f},"dur":{:.1f})",
 				       name, category, r.rank, tid, start_us, end_us - start_us);
 	if (!args.empty())
 		line += fmt::format(R"(,"args":{{{}}})", args);
-	line += "},\n";
+	line += "}\n";
 	append_locked(r, line);
 }
 
@@ -236,9 +238,9 @@ void start(MPI_Comm comm, const std::string& path)
 	r.generation += 1;
 	r.next_tid = 0;
 	r.pending = fmt::format("[\n"
-				R"({{"name":"process_name","ph":"M","pid":{0},"tid":0,"args":{{"name":"rank {0}"}}}},)"
+				R"({{"name":"process_name","ph":"M","pid":{0},"tid":0,"args":{{"name":"rank {0}"}}}})"
 				"\n"
-				R"({{"name":"process_sort_index","ph":"M","pid":{0},"tid":0,"args":{{"sort_index":{0}}}}},)"
+				R"(,{{"name":"process_sort_index","ph":"M","pid":{0},"tid":0,"args":{{"sort_index":{0}}}}})"
 				"\n",
 				rank);
 	flush_locked(r);

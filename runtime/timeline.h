@@ -23,11 +23,11 @@ namespace tower::timeline {
 // Spans may be recorded from any thread: each thread is a row of its rank's track, named by
 // name_thread() (or "thread N").
 //
-// File layout: while recording, rank r appends its events to "PATH.rank<r>", one event per line,
-// written out whole at least once a second, as the Trace Event Format's JSON array with no
-// closing bracket (which that format allows), so a killed run leaves files Perfetto and
-// chrome://tracing open. finish() gathers every rank's events into PATH (a complete JSON array)
-// and removes the parts.
+// File layout: while recording, rank r appends its events to "PATH.rank<r>", one event per line
+// (every line after the first led by its comma), written out whole at least once a second: the
+// Trace Event Format's JSON array lacking only its closing bracket, which that format lets a
+// reader add, so a killed run leaves readable files. finish() gathers every rank's events into
+// PATH (a complete JSON array) and removes the parts.
 
 namespace detail {
 extern std::atomic<bool> recording;
