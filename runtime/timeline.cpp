@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <mutex>
 #include <sstream>
 
@@ -86,9 +87,9 @@ void flush_locked(Recorder& r)
 	r.last_flush = Clock::now();
 }
 
-void append_locked(Recorder& r, const std::string& line)
+// After an event was appended to r.pending: writes it out when enough has gathered.
+void flush_if_due(Recorder& r)
 {
-	r.pending += line;
 	if (r.pending.size() >= flush_bytes || Clock::now() - r.last_flush >= flush_interval)
 		flush_locked(r);
 }
@@ -103,11 +104,11 @@ int tid_locked(Recorder& r)
 	const std::string name = this_thread.name ? this_thread.name
 			       : this_thread.tid == 0 ? std::string("main")
 						     : fmt::format("thread {}", this_thread.tid);
-	std::string line = fmt::format(R"(,{{"name":"thread_name","ph":"M","pid":{},"tid":{},"args":{{"name":)", r.rank,
-				       this_thread.tid);
-	append_json_string(&line, name);
-	line += "}}\n";
-	append_locked(r, line);
+	fmt::format_to(std::back_inserter(r.pending), R"(,{{"name":"thread_name","ph":"M","pid":{},"tid":{},"args":{{"name":)",
+		       r.rank, this_thread.tid);
+	append_json_string(&r.pending, name);
+	r.pending += "}}\n";
+	flush_if_due(r);
 	return this_thread.tid;
 }
 
@@ -170,12 +171,16 @@ void write_complete(const char* name, const char* category, double start_us, dou
 	if (r.file == nullptr)
 		return; // the recording ended while the span ran
 	const int tid = tid_locked(r);
-	std::string line = fmt::format(R"(,{{"name":"{}","cat":"{}","ph":"X","pid":{},"tid":{},"ts":{:.1f},"dur":{:.1f})",
-				       name, category, r.rank, tid, start_us, end_us - start_us);
-	if (!args.empty())
-		line += fmt::format(R"(,"args":{{{}}})", args);
-	line += "}\n";
-	append_locked(r, line);
+	// Formatted straight into the pending buffer: no allocation per event once it has grown.
+	fmt::format_to(std::back_inserter(r.pending), R"(,{{"name":"{}","cat":"{}","ph":"X","pid":{},"tid":{},"ts":{:.1f},"dur":{:.1f})",
+		       name, category, r.rank, tid, start_us, end_us - start_us);
+	if (!args.empty()) {
+		r.pending += R"(,"args":{)";
+		r.pending += args;
+		r.pending += '}';
+	}
+	r.pending += "}\n";
+	flush_if_due(r);
 }
 
 } // namespace detail
@@ -183,15 +188,17 @@ void write_complete(const char* name, const char* category, double start_us, dou
 void Span::add_key(const char* key)
 {
 	if (!args_.empty())
-		args_.push_back(',');
-	args_ += fmt::format(R"("{}":)", key);
+		args_ += ',';
+	args_ += '"';
+	args_ += key;
+	args_ += "\":";
 }
 
 Span& Span::arg(const char* key, int64_t value)
 {
 	if (start_us_ >= 0) {
 		add_key(key);
-		args_ += std::to_string(value);
+		fmt::format_to(std::back_inserter(args_), "{}", value);
 	}
 	return *this;
 }
