@@ -237,7 +237,18 @@ void start(MPI_Comm comm, const std::string& path)
 						      r.part_path, std::strerror(errno));
 		}
 	}
-	agree(comm, problem);
+	try {
+		agree(comm, problem);
+	} catch (const AgreedError&) {
+		// Another rank could not open its part: this rank's, if opened, goes too.
+		std::lock_guard lock(r.mutex);
+		if (r.file != nullptr && problem.empty()) {
+			std::fclose(r.file);
+			r.file = nullptr;
+			std::remove(r.part_path.c_str());
+		}
+		throw;
+	}
 	TOWER_MPI(MPI_Barrier(comm));
 	std::lock_guard lock(r.mutex);
 	r.origin = Clock::now();

@@ -117,7 +117,7 @@ private:
 	const Topology& topology_;
 	Device device_;
 	MetricsLog metrics_;
-	timeline::Recording timeline_; // before the strategy, so its setup is on the timeline too
+	timeline::Recording timeline_; // started before the strategy is built: spans there are recorded too
 	const Dataset& train_;
 	const Dataset& test_;
 	std::unique_ptr<Strategy> strategy_;
@@ -140,7 +140,8 @@ private:
 Trainer::Run::Run(const Topology& topology, const Device& device, Model& model, const Dataset& train,
 		  const Dataset& test, const TrainerConfig& c)
 	: c_(c), topology_(topology), device_(device), metrics_(open_metrics(topology.world(), topology.rank(), c.metrics_path)),
-	  timeline_(topology.world(), c.timeline_path), train_(train), test_(test), strategy_(make_strategy(topology, device, model, c.optimizer, c.strategy)),
+	  timeline_(topology.world(), c.timeline_path),
+	  train_(train), test_(test), strategy_(make_strategy(topology, device, model, c.optimizer, c.strategy)),
 	  facts_(strategy_->facts()),
 	  sampler_(train.count, c.batch, std::max(strategy_->worker_index(), 0), strategy_->workers(), c.data_seed),
 	  assembler_(train, c.batch, device), total_steps_(planned_steps(c, sampler_.steps_per_epoch())),
@@ -151,31 +152,29 @@ Trainer::Run::Run(const Topology& topology, const Device& device, Model& model, 
 
 void Trainer::Run::train_step(int epoch, int64_t update_in_epoch)
 {
+	timeline::Span span("step", "step"); // the whole update, logging and replica checks included
+	span.arg("step", step_ + 1);
 	lr_ = schedule_.lr(step_);
 	const auto start = Clock::now();
 	StepStats s;
-	{
-		timeline::Span span("step", "step");
-		span.arg("step", step_ + 1);
-		if (strategy_->is_worker()) {
-			const int64_t first = update_in_epoch * c_.accumulate;
-			for (int64_t m = first; m + 1 < first + c_.accumulate; ++m) {
-				const Batch& micro = assemble(epoch, m);
-				strategy_->accumulate(micro.images, micro.labels);
-			}
-			const Batch& batch = assemble(epoch, first + c_.accumulate - 1);
-			s = strategy_->step(batch.images, batch.labels, lr_);
-		} else {
-			s = strategy_->step(Tensor{}, Tensor{}, lr_);
+	if (strategy_->is_worker()) {
+		const int64_t first = update_in_epoch * c_.accumulate;
+		for (int64_t m = first; m + 1 < first + c_.accumulate; ++m) {
+			const Batch& micro = assemble(epoch, m);
+			strategy_->accumulate(micro.images, micro.labels);
 		}
+		const Batch& batch = assemble(epoch, first + c_.accumulate - 1);
+		s = strategy_->step(batch.images, batch.labels, lr_);
+	} else {
+		s = strategy_->step(Tensor{}, Tensor{}, lr_);
 	}
 	record(s, seconds_since(start));
 	if (step_ % c_.log_every == 0 || step_ == total_steps_) {
-		timeline::Span span("metrics sync", "wait");
+		timeline::Span sync("metrics sync", "wait");
 		log_window();
 	}
 	if (c_.check_every > 0 && step_ % c_.check_every == 0) {
-		timeline::Span span("check replicas", "wait");
+		timeline::Span check("check replicas", "wait");
 		strategy_->check_replicas();
 	}
 }
