@@ -19,4 +19,12 @@ Command add_info_command(CLI::App& parent);
 Command add_bench_command(CLI::App& parent);
 Command add_train_command(CLI::App& parent);
 
+// A subcommand that needs no MPI: it runs without mpirun and without MPI_Init.
+struct LocalCommand {
+	CLI::App* app = nullptr;
+	std::function<int()> run;
+};
+
+LocalCommand add_plot_command(CLI::App& parent);
+
 } // namespace tower::cli

@@ -23,6 +23,7 @@ int main(int argc, char** argv)
 		tower::cli::add_bench_command(app),
 		tower::cli::add_train_command(app),
 	};
+	const tower::cli::LocalCommand plot = tower::cli::add_plot_command(app);
 
 	try {
 		app.parse(argc, argv);
@@ -30,6 +31,8 @@ int main(int argc, char** argv)
 		return app.exit(e);
 	}
 
+	if (plot.app->parsed())
+		return plot.run();
 	for (const auto& command : commands)
 		if (command.app->parsed())
 			return tower::cli::run_guarded(&argc, &argv, command.run);

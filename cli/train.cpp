@@ -51,6 +51,8 @@ void add_run_options(CLI::App& app, TrainConfig& c)
 	app.add_option("--device", c.device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
 	app.add_option("--ranks-per-node", c.ranks_per_node, "Simulated nodes of this many ranks")->check(CLI::PositiveNumber);
 	app.add_option("--metrics", c.metrics_path, "Write JSON lines of metrics to this file (rank 0)");
+	app.add_option("--timeline", c.timeline_path,
+		       "Write a Chrome trace of every rank's steps to this file (Perfetto, chrome://tracing)");
 	app.add_option("--check-every", c.check_every, "Compare parameter hashes across ranks every K steps")
 		->check(CLI::NonNegativeNumber);
 	app.add_option("--log-every", c.log_every, "Log a step line every K steps")->check(CLI::PositiveNumber);

@@ -29,6 +29,7 @@ struct TrainConfig {
 	std::string device = "auto";
 	std::optional<int> ranks_per_node;
 	std::string metrics_path;
+	std::string timeline_path;
 	int64_t check_every = 100;
 	int64_t log_every = 50;
 	int eval_every = 1; // evaluate on the test set every this many epochs and at the end; 0: never

@@ -115,6 +115,7 @@ TrainerConfig trainer_config(const TrainConfig& c, int world_size, const Device&
 	t.eval_every = c.eval_every;
 	t.check_every = c.check_every;
 	t.metrics_path = c.metrics_path;
+	t.timeline_path = c.timeline_path;
 	t.labels = {{"model", c.model.name},
 		    {"precision", c.precision},
 		    {"compress", c.compress},

@@ -3,6 +3,8 @@
 
 #include <chrono>
 
+#include "runtime/timeline.h"
+
 namespace tower {
 
 CommThread::CommThread(std::function<void()> on_start)
@@ -59,6 +61,7 @@ double CommThread::busy_seconds() const
 
 void CommThread::loop()
 {
+	timeline::name_thread("communication");
 	std::unique_lock lock(mutex_);
 	for (;;) {
 		wake_.wait(lock, [this] { return stopping_ || !jobs_.empty(); });

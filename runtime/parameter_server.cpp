@@ -13,6 +13,7 @@
 #include "runtime/base/memory.h"
 #include "runtime/base/mpi_check.h"
 #include "runtime/replica_check.h"
+#include "runtime/timeline.h"
 
 namespace tower {
 
@@ -156,6 +157,9 @@ void ParameterServerStrategy::take_initial_values()
 
 void ParameterServerStrategy::publish()
 {
+	// A rank that owns nothing only receives: its side of the broadcast is a fetch.
+	timeline::Span span(my_owner_index_ < 0 ? "fetch" : "publish", "comm");
+	span.arg("bytes", static_cast<int64_t>(values_.size() * sizeof(float)));
 	for (size_t o = 0; o < channels_.size(); ++o) {
 		const Channel& c = channels_[o];
 		if (c.raw == MPI_COMM_NULL)
@@ -176,10 +180,15 @@ void ParameterServerStrategy::publish()
 ForwardResult ParameterServerStrategy::accumulate(const Tensor& images, const Tensor& labels)
 {
 	TOWER_CHECK(is_worker(), "rank {} serves variables only and has no batch to accumulate", rank_);
-	const ForwardResult result = model_->forward(images, labels);
+	ForwardResult result;
+	{
+		timeline::Span span("forward", "compute");
+		result = model_->forward(images, labels);
+	}
 	BackwardOptions backward;
 	backward.accumulate = micro_batches_ > 0;
 	backward.loss_scale = loss_scaler_.scale();
+	timeline::Span span("backward", "compute");
 	model_->backward({}, backward);
 	++micro_batches_;
 	return result;
@@ -206,6 +215,8 @@ void ParameterServerStrategy::reduce_to_owners()
 {
 	const DType type = options_.replicated.compress;
 	const bool narrow = type != DType::f32;
+	timeline::Span span("push", "comm");
+	span.arg("bytes", static_cast<int64_t>(gradients_.size() * dtype_size(type))).arg("dtype", dtype_name(type));
 	if (narrow)
 		cpu_ops().cast(Tensor::view(gradients_.data(), {static_cast<int64_t>(gradients_.size())}, DType::f32, Device{}),
 			       Tensor::view(compressed_.data(), {static_cast<int64_t>(compressed_.size())}, type, Device{}),
@@ -275,15 +286,18 @@ StepStats ParameterServerStrategy::step(const Tensor& images, const Tensor& labe
 	const auto comm_start = Clock::now();
 	reduce_to_owners();
 	const float divisor = options_.replicated.reduce == ReduceOp::mean ? static_cast<float>(workers_) : 1.0f;
-	stats.skipped = !finish_owned(1.0f / (divisor * loss_scaler_.scale()), &stats.grad_norm);
-	if (!stats.skipped && optimizer_) {
-		std::vector<Parameter*> owned;
-		for (Parameter& p : owned_)
-			owned.push_back(&p);
-		optimizer_->step(owned, lr);
+	{
+		timeline::Span span("apply", "update");
+		stats.skipped = !finish_owned(1.0f / (divisor * loss_scaler_.scale()), &stats.grad_norm);
+		if (!stats.skipped && optimizer_) {
+			std::vector<Parameter*> owned;
+			for (Parameter& p : owned_)
+				owned.push_back(&p);
+			optimizer_->step(owned, lr);
+		}
+		if (!stats.skipped && averages_)
+			averages_->update();
 	}
-	if (!stats.skipped && averages_)
-		averages_->update();
 	if (!stats.skipped)
 		publish();
 	stats.allreduce_s = seconds(Clock::now() - comm_start);

@@ -17,6 +17,7 @@
 #include "runtime/base/mpi_check.h"
 #include "runtime/replica_check.h"
 #include "runtime/sharded_update.h"
+#include "runtime/timeline.h"
 #include "runtime/whole_update.h"
 
 namespace tower {
@@ -199,6 +200,11 @@ void ReplicatedBuilder::reduce_bucket(size_t b)
 	// the interval starts when they are done, so waiting for compute is not counted as hidden
 	// communication.
 	wait_default_stream(device_);
+	timeline::Span span("all-reduce", "comm");
+	span.arg("bucket", static_cast<int64_t>(b))
+		.arg("bytes", static_cast<int64_t>(compressed_storage_.empty() ? plan_.buckets[b].bytes
+									    : compressed_storage_[b].bytes()))
+		.arg("mode", all_reduce_mode_name(mode()));
 	const auto start = Clock::now();
 	update_->reduce(b);
 	reduce_intervals_[b] = {start, Clock::now()};
@@ -227,10 +233,11 @@ void ReplicatedBuilder::poison_if_injecting(const Parameter& parameter)
 
 ForwardResult ReplicatedBuilder::accumulate(const Tensor& images, const Tensor& labels)
 {
-	const ForwardResult result = model_.forward(images, labels);
+	const ForwardResult result = forward(images, labels);
 	BackwardOptions options;
 	options.accumulate = micro_batches_ > 0;
 	options.loss_scale = loss_scaler_.scale();
+	timeline::Span span("backward", "compute");
 	model_.backward({}, options);
 	++micro_batches_;
 	return result;
@@ -242,6 +249,7 @@ void ReplicatedBuilder::backward(bool communicate, StepStats* stats)
 	options.accumulate = micro_batches_ > 0;
 	options.loss_scale = loss_scaler_.scale();
 	const auto start = Clock::now();
+	timeline::Span span("backward", "compute");
 	if (communicate)
 		model_.backward([this](const Parameter& p) { on_gradient_ready(p); }, options);
 	else
@@ -262,7 +270,7 @@ StepStats ReplicatedBuilder::step(const Tensor& images, const Tensor& labels, fl
 		pending_in_bucket_[b] = plan_.buckets[b].members.size();
 
 	const auto start = Clock::now();
-	stats.forward = model_.forward(images, labels);
+	stats.forward = forward(images, labels);
 	stats.compute_s = seconds(Clock::now() - start);
 	const auto backward_start = Clock::now();
 	backward(comm_thread_ != nullptr, &stats);
@@ -274,6 +282,7 @@ StepStats ReplicatedBuilder::step(const Tensor& images, const Tensor& labels, fl
 	stats.micro_batches = micro_batches_;
 
 	if (comm_thread_) {
+		timeline::Span wait("wait for all-reduce", "wait");
 		comm_thread_->wait_all();
 		for (size_t b = 0; b < pending_in_bucket_.size(); ++b)
 			TOWER_CHECK(pending_in_bucket_[b] == 0, "bucket {} still waits for {} gradient(s) after backward: "
@@ -297,7 +306,10 @@ StepStats ReplicatedBuilder::step(const Tensor& images, const Tensor& labels, fl
 
 	// The sum over micro-batches becomes their mean, and the loss scale comes off.
 	const float factor = 1.0f / (static_cast<float>(micro_batches_) * loss_scaler_.scale());
-	stats.skipped = !update_->finish(factor, lr, &stats.grad_norm);
+	{
+		timeline::Span span("optimizer step", "update");
+		stats.skipped = !update_->finish(factor, lr, &stats.grad_norm);
+	}
 	loss_scaler_.update(stats.skipped);
 	micro_batches_ = 0;
 	++steps_;
@@ -306,6 +318,12 @@ StepStats ReplicatedBuilder::step(const Tensor& images, const Tensor& labels, fl
 
 ForwardResult ReplicatedBuilder::evaluate(const Tensor& images, const Tensor& labels)
 {
+	return model_.forward(images, labels);
+}
+
+ForwardResult ReplicatedBuilder::forward(const Tensor& images, const Tensor& labels)
+{
+	timeline::Span span("forward", "compute");
 	return model_.forward(images, labels);
 }
 

@@ -104,6 +104,7 @@ private:
 	void bind_gradients_to_buckets();
 	void on_gradient_ready(const Parameter& parameter);
 	void reduce_bucket(size_t bucket);
+	ForwardResult forward(const Tensor& images, const Tensor& labels); // a training forward, on the timeline
 	void backward(bool communicate, StepStats* stats);
 	void poison_if_injecting(const Parameter& parameter);
 

@@ -16,6 +16,7 @@
 #include "runtime/evaluate.h"
 #include "runtime/metrics_log.h"
 #include "runtime/progress.h"
+#include "runtime/timeline.h"
 
 namespace tower {
 
@@ -104,6 +105,7 @@ public:
 
 private:
 	void train_step(int epoch, int64_t update_in_epoch);
+	const Batch& assemble(int epoch, int64_t micro_step);
 	void record(const StepStats& s, double took);
 	void log_window();
 	void evaluate(int epoch);
@@ -115,6 +117,7 @@ private:
 	const Topology& topology_;
 	Device device_;
 	MetricsLog metrics_;
+	timeline::Recording timeline_; // started before the strategy is built: spans there are recorded too
 	const Dataset& train_;
 	const Dataset& test_;
 	std::unique_ptr<Strategy> strategy_;
@@ -137,6 +140,7 @@ private:
 Trainer::Run::Run(const Topology& topology, const Device& device, Model& model, const Dataset& train,
 		  const Dataset& test, const TrainerConfig& c)
 	: c_(c), topology_(topology), device_(device), metrics_(open_metrics(topology.world(), topology.rank(), c.metrics_path)),
+	  timeline_(topology.world(), c.timeline_path),
 	  train_(train), test_(test), strategy_(make_strategy(topology, device, model, c.optimizer, c.strategy)),
 	  facts_(strategy_->facts()),
 	  sampler_(train.count, c.batch, std::max(strategy_->worker_index(), 0), strategy_->workers(), c.data_seed),
@@ -148,25 +152,37 @@ Trainer::Run::Run(const Topology& topology, const Device& device, Model& model, 
 
 void Trainer::Run::train_step(int epoch, int64_t update_in_epoch)
 {
+	timeline::Span span("step", "step"); // the whole update, logging and replica checks included
+	span.arg("step", step_ + 1);
 	lr_ = schedule_.lr(step_);
 	const auto start = Clock::now();
 	StepStats s;
 	if (strategy_->is_worker()) {
 		const int64_t first = update_in_epoch * c_.accumulate;
 		for (int64_t m = first; m + 1 < first + c_.accumulate; ++m) {
-			const Batch& micro = assembler_.assemble(sampler_.shard(epoch, m));
+			const Batch& micro = assemble(epoch, m);
 			strategy_->accumulate(micro.images, micro.labels);
 		}
-		const Batch& batch = assembler_.assemble(sampler_.shard(epoch, first + c_.accumulate - 1));
+		const Batch& batch = assemble(epoch, first + c_.accumulate - 1);
 		s = strategy_->step(batch.images, batch.labels, lr_);
 	} else {
 		s = strategy_->step(Tensor{}, Tensor{}, lr_);
 	}
 	record(s, seconds_since(start));
-	if (step_ % c_.log_every == 0 || step_ == total_steps_)
+	if (step_ % c_.log_every == 0 || step_ == total_steps_) {
+		timeline::Span sync("metrics sync", "wait");
 		log_window();
-	if (c_.check_every > 0 && step_ % c_.check_every == 0)
+	}
+	if (c_.check_every > 0 && step_ % c_.check_every == 0) {
+		timeline::Span check("check replicas", "wait");
 		strategy_->check_replicas();
+	}
+}
+
+const Batch& Trainer::Run::assemble(int epoch, int64_t micro_step)
+{
+	timeline::Span span("load batch", "data");
+	return assembler_.assemble(sampler_.shard(epoch, micro_step));
 }
 
 void Trainer::Run::record(const StepStats& s, double took)
@@ -244,6 +260,8 @@ void Trainer::Run::log_window()
 void Trainer::Run::evaluate(int epoch)
 {
 	const auto start = Clock::now();
+	timeline::Span span("evaluate", "eval");
+	span.arg("epoch", epoch + 1);
 	last_eval_.raw = evaluate_test_set(*strategy_, test_, c_.batch, device_, topology_.world());
 	last_eval_.done = true;
 	std::string averaged_text;
@@ -306,6 +324,7 @@ nlohmann::json Trainer::Run::finish()
 			last_eval_.has_averaged ? nlohmann::json(last_eval_.averaged.accuracy) : nlohmann::json();
 	metrics_.write(summary);
 	metrics_.finish();
+	timeline_.finish();
 	progress_.say(fmt::format(
 		"done: {} steps ({} skipped) on {} rank(s), {} strategy, {:.0f} samples/s, test accuracy {}, compute {:.1f} s, "
 		"communication {:.1f} s ({:.2f} MB in {} message(s) per step), replicas identical (hash {:016x})",

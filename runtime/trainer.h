@@ -30,6 +30,7 @@ struct TrainerConfig {
 	int eval_every = 1;       // evaluate every this many epochs and at the end; 0: never
 	int64_t check_every = 100; // compare the replicas' hashes every this many updates; 0: at the end only
 	std::string metrics_path; // JSON lines written by rank 0; empty: none
+	std::string timeline_path; // Chrome trace of every rank (runtime/timeline.h); empty: none
 	// Written into the summary as they are, so a run's log says what ran.
 	nlohmann::json labels;
 };
