@@ -136,16 +136,34 @@ void CpuOps::cast(const Tensor& src, const Tensor& dst, bool accumulate) const
 	expect_float(src, "cast source");
 	expect_float(dst, "cast destination");
 	expect_same_numel(src, dst, "cast");
-	const F32Copy fs(src, true), fd(dst, accumulate);
-	const float* __restrict in = fs.data();
-	float* __restrict out = fd.data();
+	if (src.dtype() == DType::f32 && dst.dtype() == DType::f32) {
+		const float* in = src.data_as<float>();
+		float* out = dst.data_as<float>();
+		if (accumulate)
+			for (int64_t i = 0, n = src.numel(); i < n; ++i)
+				out[i] += in[i];
+		else if (out != in)
+			std::copy_n(in, src.numel(), out);
+		return;
+	}
+	// Chunks small enough for the stack: a cast runs every step (working copies of the weights,
+	// 16-bit gradients into f32), and a temporary as large as the tensor would cost an
+	// allocation and page faults each time.
+	constexpr int64_t chunk = 2048;
+	float in[chunk], out[chunk];
 	const int64_t n = src.numel();
-	if (accumulate)
-		for (int64_t i = 0; i < n; ++i)
-			out[i] += in[i];
-	else if (out != in)
-		std::copy_n(in, n, out);
-	fd.store();
+	for (int64_t start = 0; start < n; start += chunk) {
+		const int64_t len = std::min(chunk, n - start);
+		widen_range(src, start, len, in);
+		if (accumulate) {
+			widen_range(dst, start, len, out);
+			for (int64_t i = 0; i < len; ++i)
+				out[i] += in[i];
+			narrow_range(out, dst, start, len);
+		} else {
+			narrow_range(in, dst, start, len);
+		}
+	}
 }
 
 } // namespace tower
