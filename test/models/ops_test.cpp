@@ -137,10 +137,12 @@ TEST_CASE("the CPU convolution matches im2col + gemm forward and backward, in f3
 		const Tensor dy = typed({batch, oc, g.out_height(), g.out_width()}, "dy");
 		const Tensor col = Tensor::empty({g.col_rows(), g.col_cols()}, t, Device{});
 		const double tol = t == DType::f32 ? 1e-5 : 1e-2;
-		auto same = [&](const Tensor& got, const Tensor& want, const char* what) {
+		auto same = [&](const Tensor& got, const Tensor& want, const std::string& what) {
 			const std::vector<float> a = got.to_host_f32(), b = want.to_host_f32();
+			size_t wrong = 0;
 			for (size_t i = 0; i < a.size(); ++i)
-				CHECK_MESSAGE(a[i] == doctest::Approx(b[i]).epsilon(tol).scale(1.0), what, " at ", i);
+				wrong += a[i] == doctest::Approx(b[i]).epsilon(tol).scale(1.0) ? 0 : 1;
+			CHECK_MESSAGE(wrong == 0, what, " (", dtype_name(t), "): ", wrong, " of ", a.size(), " differ");
 		};
 		const Tensor y = Tensor::zeros(dy.shape(), t, Device{}), y_ref = Tensor::zeros(dy.shape(), t, Device{});
 		ops.conv2d_forward(g, x, w, y, Tensor());
