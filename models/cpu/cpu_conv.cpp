@@ -189,6 +189,8 @@ ConvPlan& conv_plan(const ConvGeometry& g, const Tensor& x, const Tensor& w, con
 	static std::mutex mutex;
 	static std::map<ConvKey, ConvPlan> plans;
 	lock = std::unique_lock(mutex);
+	// Making a primitive may run parallel code too: the thread count is set before that.
+	pin_cpu_threads();
 	const ConvKey key{x.dim(0), g.channels, g.height, g.width, w.dim(0), g.kernel, g.padding, x.dtype()};
 	auto it = plans.find(key);
 	if (it == plans.end())

@@ -87,6 +87,8 @@ void CpuOps::gemm(Transpose ta, Transpose tb, float alpha, const Tensor& a, cons
 	static std::mutex mutex;
 	static std::map<GemmKey, GemmPlan> plans;
 	const std::lock_guard lock(mutex);
+	// Making a primitive may run parallel code too: the thread count is set before that.
+	pin_cpu_threads();
 	auto it = plans.find(key);
 	if (it == plans.end())
 		it = plans.emplace(key, plan_gemm(key)).first;
