@@ -121,6 +121,17 @@ void CpuOps::relu_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) 
 	expect_same_dtype(y, dx, "relu backward");
 	expect_same_numel(y, dy, "relu backward");
 	expect_same_numel(y, dx, "relu backward");
+	if (y.dtype() != DType::f32) {
+		// 16-bit: dx is dy or zero, so no value needs widening; y > 0 is a test on its bits
+		// (sign clear, not zero, at most +inf: NaN is not > 0, as in f32).
+		const uint16_t inf = y.dtype() == DType::bf16 ? 0x7f80u : 0x7c00u;
+		const uint16_t* __restrict ys = y.data_as<uint16_t>();
+		const uint16_t* __restrict g = dy.data_as<uint16_t>();
+		uint16_t* __restrict out = dx.data_as<uint16_t>();
+		for (int64_t i = 0, n = y.numel(); i < n; ++i)
+			out[i] = static_cast<uint16_t>(ys[i] - 1u) < inf ? g[i] : uint16_t{0};
+		return;
+	}
 	const F32Copy fy(y, true), fdy(dy, true), fdx(dx, false);
 	const float* __restrict ys = fy.data();
 	const float* __restrict g = fdy.data();

@@ -55,11 +55,11 @@ double seconds_per_call(const std::function<void()>& body, double min_seconds)
 	int calls = 0;
 	const auto start = std::chrono::steady_clock::now();
 	double elapsed = 0.0;
-	while (elapsed < min_seconds) {
+	do {
 		body();
 		++calls;
 		elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-	}
+	} while (elapsed < min_seconds);
 	return elapsed / calls;
 }
 
