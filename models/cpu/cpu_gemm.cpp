@@ -82,6 +82,13 @@ void CpuOps::gemm(Transpose ta, Transpose tb, float alpha, const Tensor& a, cons
 		expect_on(*t, Device{}, "gemm operand");
 	if (d.m == 0 || d.n == 0)
 		return;
+	if (d.k == 0) { // an empty product: c = beta * c (oneDNN refuses empty dimensions)
+		const F32Copy fc(c, true);
+		for (int64_t i = 0, n = c.numel(); i < n; ++i)
+			fc.data()[i] = beta == 0.0f ? 0.0f : beta * fc.data()[i];
+		fc.store();
+		return;
+	}
 	const GemmKey key{d.m,		      d.n, d.k, a.dim(1), b.dim(1), c.dim(1), ta == Transpose::yes,
 			  tb == Transpose::yes, a.dtype(), alpha, beta};
 	static std::mutex mutex;
