@@ -166,18 +166,32 @@ void CpuOps::cast(const Tensor& src, const Tensor& dst, bool accumulate) const
 	// allocation and page faults each time.
 	constexpr int64_t chunk = 2048;
 	float in[chunk], out[chunk];
+	const bool src_f32 = src.dtype() == DType::f32, dst_f32 = dst.dtype() == DType::f32;
 	const int64_t n = src.numel();
 	for (int64_t start = 0; start < n; start += chunk) {
 		const int64_t len = std::min(chunk, n - start);
-		widen_range(src, start, len, in);
-		if (accumulate) {
-			widen_range(dst, start, len, out);
-			for (int64_t i = 0; i < len; ++i)
-				out[i] += in[i];
-			narrow_range(out, dst, start, len);
-		} else {
-			narrow_range(in, dst, start, len);
+		if (!accumulate) {
+			// One conversion straight from src into dst where either side is f32.
+			if (dst_f32) {
+				widen_range(src, start, len, dst.data_as<float>() + start);
+			} else if (src_f32) {
+				narrow_range(src.data_as<float>() + start, dst, start, len);
+			} else {
+				widen_range(src, start, len, in);
+				narrow_range(in, dst, start, len);
+			}
+			continue;
 		}
+		const float* a = src_f32 ? src.data_as<float>() + start : in;
+		float* d = dst_f32 ? dst.data_as<float>() + start : out;
+		if (!src_f32)
+			widen_range(src, start, len, in);
+		if (!dst_f32)
+			widen_range(dst, start, len, out);
+		for (int64_t i = 0; i < len; ++i)
+			d[i] += a[i];
+		if (!dst_f32)
+			narrow_range(d, dst, start, len);
 	}
 }
 
