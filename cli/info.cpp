@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
+#include "models/cpu/cpu_threads.h"
 #include "runtime/base/build_info.h"
 #include "runtime/base/device.h"
 #include "runtime/base/gather.h"
@@ -42,6 +43,16 @@ nlohmann::json rank_row(const Topology& topology, const Device& device, const Gp
 		{"gpu", physical_gpu(gpus, device)}};
 }
 
+// The build as JSON, with the CPU kernels' library, which lives above runtime/base.
+nlohmann::json build_json(const BuildInfo& build)
+{
+	nlohmann::json j = to_json(build);
+	j["onednn_version"] = onednn_version();
+	j["onednn_isa"] = onednn_isa();
+	j["cpu_threads"] = cpu_threads();
+	return j;
+}
+
 void print_table(const nlohmann::json& ranks, const BuildInfo& build, const Topology& topology)
 {
 	fmt::print("tower {} — {} ranks on {} node(s){}\n\n", build.tower_version, topology.size(),
@@ -62,8 +73,8 @@ void print_table(const nlohmann::json& ranks, const BuildInfo& build, const Topo
 	fmt::print("  NCCL           {}\n", build.gpu.nccl);
 	fmt::print("  GPUs visible   {}{}\n", build.gpu.device_count,
 		   build.gpu.device_count == 0 ? fmt::format(" ({})", build.gpu.why_none) : "");
-	fmt::print("  OpenBLAS       {} ({} thread(s), {} kernels)\n", build.openblas_config, build.openblas_threads,
-		   build.openblas_kernel);
+	fmt::print("  oneDNN         {} ({} kernels, {} thread(s) per rank)\n", onednn_version(), onednn_isa(),
+		   cpu_threads());
 }
 
 int run_info(World& world, const InfoOptions& options)
@@ -79,7 +90,7 @@ int run_info(World& world, const InfoOptions& options)
 	for (const auto& row : rows)
 		ranks.push_back(nlohmann::json::parse(row));
 	if (options.json)
-		fmt::print("{}\n", nlohmann::json{{"ranks", ranks}, {"build", to_json(build)}}.dump(2));
+		fmt::print("{}\n", nlohmann::json{{"ranks", ranks}, {"build", build_json(build)}}.dump(2));
 	else
 		print_table(ranks, build, topology);
 	std::fflush(stdout);

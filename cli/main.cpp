@@ -5,13 +5,10 @@
 
 #include "cli/command.h"
 #include "cli/run_guarded.h"
-#include "models/cpu/blas_kernel.h"
 #include "tower_config.h"
 
 int main(int argc, char** argv)
 {
-	tower::reexec_with_preferred_blas_kernel(argv);
-
 	CLI::App app{"tower: data-parallel training launched with MPI.\n"
 		     "Run it under mpirun, one rank per GPU (or per CPU tower), e.g.\n"
 		     "  mpirun -np 2 tower info"};

@@ -4,6 +4,7 @@
 #include "cli/command.h"
 #include "cli/train_config.h"
 #include "cli/train_options.h"
+#include "models/cpu/cpu_threads.h"
 #include "models/data/fashion_mnist.h"
 #include "models/model_factory.h"
 #include "runtime/trainer.h"
@@ -49,6 +50,9 @@ void add_run_options(CLI::App& app, TrainConfig& c)
 	app.add_option("--shard-update", c.shard_update,
 		       "Split the optimizer update across ranks sharing a node's memory (CPU, hierarchical; true/false)");
 	app.add_option("--device", c.device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
+	app.add_option("--threads", c.threads,
+		       "CPU kernel threads per rank (default 1, or OMP_NUM_THREADS: the ranks fill the cores)")
+		->check(CLI::PositiveNumber);
 	app.add_option("--ranks-per-node", c.ranks_per_node, "Simulated nodes of this many ranks")->check(CLI::PositiveNumber);
 	app.add_option("--metrics", c.metrics_path, "Write JSON lines of metrics to this file (rank 0)");
 	app.add_option("--timeline", c.timeline_path,
@@ -90,6 +94,8 @@ int run_training(World& world, const TrainConfig& c)
 {
 	const Topology topology(world.comm(), ranks_per_node_setting(c.ranks_per_node));
 	const Device device = assign_device(topology, probe_gpu_runtime(), parse_device_preference(c.device));
+	if (c.threads)
+		set_cpu_threads(*c.threads);
 	const TrainerConfig config = trainer_config(c, world.size(), device);
 	const Dataset train = load_fashion_mnist_agreed(world.comm(), c.data_dir, Split::train);
 	const Dataset test = c.eval_every > 0 ? load_fashion_mnist_agreed(world.comm(), c.data_dir, Split::test) : Dataset{};

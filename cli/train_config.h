@@ -27,6 +27,7 @@ struct TrainConfig {
 	bool overlap = true;
 	bool shard_update = true;
 	std::string device = "auto";
+	std::optional<int> threads; // CPU kernel threads per rank (default 1, or OMP_NUM_THREADS)
 	std::optional<int> ranks_per_node;
 	std::string metrics_path;
 	std::string timeline_path;

@@ -60,6 +60,20 @@ public:
 	virtual void im2col(const ConvGeometry& g, const Tensor& image, const Tensor& col) const = 0;
 	virtual void col2im(const ConvGeometry& g, const Tensor& col, const Tensor& image) const = 0;
 
+	// Whole-batch convolution of x [N, C, H, W] with w [OC, C, k, k] into y [N, OC, OH, OW] (no
+	// bias), and its gradients: dx (overwritten) from dy and w, and dw from x and dy (added to dw
+	// with `accumulate`). By default they are im2col + gemm one image at a time, with `col`
+	// ([C*k*k, OH*OW] of the compute type) as the column buffer; a backend with convolution
+	// kernels of its own overrides them, returns false from conv_uses_columns() and is given an
+	// empty `col`.
+	virtual bool conv_uses_columns() const { return true; }
+	virtual void conv2d_forward(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& y,
+				    const Tensor& col) const;
+	virtual void conv2d_backward_data(const ConvGeometry& g, const Tensor& w, const Tensor& dy, const Tensor& dx,
+					  const Tensor& col) const;
+	virtual void conv2d_backward_weights(const ConvGeometry& g, const Tensor& x, const Tensor& dy, const Tensor& dw,
+					     bool accumulate, const Tensor& col) const;
+
 	// 2x2 stride-2 max pooling of x [N, C, H, W] into y [N, C, H/2, W/2]; `argmax` (i32, y's shape)
 	// records the flat index within each image plane of the chosen input for the backward pass.
 	virtual void maxpool_forward(const Tensor& x, const Tensor& y, const Tensor& argmax) const = 0;

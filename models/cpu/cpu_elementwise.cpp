@@ -121,6 +121,21 @@ void CpuOps::relu_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) 
 	expect_same_dtype(y, dx, "relu backward");
 	expect_same_numel(y, dy, "relu backward");
 	expect_same_numel(y, dx, "relu backward");
+	if (y.dtype() != DType::f32) {
+		// 16-bit: dx is dy or zero, so no value needs widening; y > 0 is a test on its bits
+		// (sign clear, not zero, at most +inf: NaN is not > 0, as in f32).
+		const uint16_t inf = y.dtype() == DType::bf16 ? 0x7f80u : 0x7c00u;
+		const uint16_t* __restrict ys = y.data_as<uint16_t>();
+		const uint16_t* __restrict g = dy.data_as<uint16_t>();
+		uint16_t* __restrict out = dx.data_as<uint16_t>();
+		// A mask rather than a select of g[i], so the loop vectorizes.
+		for (int64_t i = 0, n = y.numel(); i < n; ++i) {
+			const uint16_t below = static_cast<uint16_t>(ys[i] - 1u);
+			const uint16_t keep = static_cast<uint16_t>(below < inf ? 0xffffu : 0u);
+			out[i] = static_cast<uint16_t>(g[i] & keep);
+		}
+		return;
+	}
 	const F32Copy fy(y, true), fdy(dy, true), fdx(dx, false);
 	const float* __restrict ys = fy.data();
 	const float* __restrict g = fdy.data();
@@ -136,16 +151,48 @@ void CpuOps::cast(const Tensor& src, const Tensor& dst, bool accumulate) const
 	expect_float(src, "cast source");
 	expect_float(dst, "cast destination");
 	expect_same_numel(src, dst, "cast");
-	const F32Copy fs(src, true), fd(dst, accumulate);
-	const float* __restrict in = fs.data();
-	float* __restrict out = fd.data();
+	if (src.dtype() == DType::f32 && dst.dtype() == DType::f32) {
+		const float* in = src.data_as<float>();
+		float* out = dst.data_as<float>();
+		if (accumulate)
+			for (int64_t i = 0, n = src.numel(); i < n; ++i)
+				out[i] += in[i];
+		else if (out != in)
+			std::copy_n(in, src.numel(), out);
+		return;
+	}
+	// Chunks small enough for the stack: a cast runs every step (working copies of the weights,
+	// 16-bit gradients into f32), and a temporary as large as the tensor would cost an
+	// allocation and page faults each time.
+	constexpr int64_t chunk = 2048;
+	float in[chunk], out[chunk];
+	const bool src_f32 = src.dtype() == DType::f32, dst_f32 = dst.dtype() == DType::f32;
 	const int64_t n = src.numel();
-	if (accumulate)
-		for (int64_t i = 0; i < n; ++i)
-			out[i] += in[i];
-	else if (out != in)
-		std::copy_n(in, n, out);
-	fd.store();
+	for (int64_t start = 0; start < n; start += chunk) {
+		const int64_t len = std::min(chunk, n - start);
+		if (!accumulate) {
+			// One conversion straight from src into dst where either side is f32.
+			if (dst_f32) {
+				widen_range(src, start, len, dst.data_as<float>() + start);
+			} else if (src_f32) {
+				narrow_range(src.data_as<float>() + start, dst, start, len);
+			} else {
+				widen_range(src, start, len, in);
+				narrow_range(in, dst, start, len);
+			}
+			continue;
+		}
+		const float* a = src_f32 ? src.data_as<float>() + start : in;
+		float* d = dst_f32 ? dst.data_as<float>() + start : out;
+		if (!src_f32)
+			widen_range(src, start, len, in);
+		if (!dst_f32)
+			widen_range(dst, start, len, out);
+		for (int64_t i = 0; i < len; ++i)
+			d[i] += a[i];
+		if (!dst_f32)
+			narrow_range(d, dst, start, len);
+	}
 }
 
 } // namespace tower

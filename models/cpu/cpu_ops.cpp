@@ -1,17 +1,7 @@
 // The CPU backend's setup, the choice of backend by device, and the device-neutral entry points.
 #include "models/cpu/cpu_ops.h"
 
-#include <cstdlib>
-
-#include <cblas.h>
-
 namespace tower {
-
-CpuOps::CpuOps()
-{
-	if (std::getenv("OPENBLAS_NUM_THREADS") == nullptr)
-		openblas_set_num_threads(1);
-}
 
 const Ops& cpu_ops()
 {

@@ -1,4 +1,5 @@
-// The CPU backend of models/ops.h: OpenBLAS sgemm and plain loops the compiler vectorizes.
+// The CPU backend of models/ops.h: oneDNN matmul and convolution, and plain loops the compiler
+// vectorizes. Its kernels run on cpu_threads() threads (models/cpu/cpu_threads.h).
 #pragma once
 
 #include "models/ops.h"
@@ -7,10 +8,6 @@ namespace tower {
 
 class CpuOps final : public Ops {
 public:
-	// Sets OpenBLAS to one thread unless OPENBLAS_NUM_THREADS says otherwise: every rank
-	// already has a core of its own.
-	CpuOps();
-
 	void gemm(Transpose ta, Transpose tb, float alpha, const Tensor& a, const Tensor& b, float beta,
 		  const Tensor& c) const override;
 	void fill(const Tensor& x, float value) const override;
@@ -21,6 +18,13 @@ public:
 	void relu_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) const override;
 	void im2col(const ConvGeometry& g, const Tensor& image, const Tensor& col) const override;
 	void col2im(const ConvGeometry& g, const Tensor& col, const Tensor& image) const override;
+	bool conv_uses_columns() const override { return false; }
+	void conv2d_forward(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& y,
+			    const Tensor& col) const override;
+	void conv2d_backward_data(const ConvGeometry& g, const Tensor& w, const Tensor& dy, const Tensor& dx,
+				  const Tensor& col) const override;
+	void conv2d_backward_weights(const ConvGeometry& g, const Tensor& x, const Tensor& dy, const Tensor& dw,
+				     bool accumulate, const Tensor& col) const override;
 	void maxpool_forward(const Tensor& x, const Tensor& y, const Tensor& argmax) const override;
 	void maxpool_backward(const Tensor& dy, const Tensor& argmax, const Tensor& dx) const override;
 	XentResult softmax_xent_forward(const Tensor& logits, const Tensor& labels, const Tensor& probs) const override;

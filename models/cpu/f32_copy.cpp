@@ -10,16 +10,26 @@ namespace tower {
 
 void widen_to_f32(const Tensor& src, float* out)
 {
-	const size_t n = static_cast<size_t>(src.numel());
+	widen_range(src, 0, src.numel(), out);
+}
+
+void narrow_from_f32(const float* in, const Tensor& dst)
+{
+	narrow_range(in, dst, 0, dst.numel());
+}
+
+void widen_range(const Tensor& src, int64_t start, int64_t count, float* out)
+{
+	const size_t n = static_cast<size_t>(count);
 	switch (src.dtype()) {
 	case DType::f32:
-		std::copy_n(src.data_as<float>(), n, out);
+		std::copy_n(src.data_as<float>() + start, n, out);
 		return;
 	case DType::f16:
-		widen_f16(src.data_as<uint16_t>(), out, n);
+		widen_f16(src.data_as<uint16_t>() + start, out, n);
 		return;
 	case DType::bf16:
-		widen_bf16(src.data_as<uint16_t>(), out, n);
+		widen_bf16(src.data_as<uint16_t>() + start, out, n);
 		return;
 	default:
 		throw Error(fmt::format("cannot widen a {} tensor to f32; use f32, f16 or bf16",
@@ -27,18 +37,18 @@ void widen_to_f32(const Tensor& src, float* out)
 	}
 }
 
-void narrow_from_f32(const float* in, const Tensor& dst)
+void narrow_range(const float* in, const Tensor& dst, int64_t start, int64_t count)
 {
-	const size_t n = static_cast<size_t>(dst.numel());
+	const size_t n = static_cast<size_t>(count);
 	switch (dst.dtype()) {
 	case DType::f32:
-		std::copy_n(in, n, dst.data_as<float>());
+		std::copy_n(in, n, dst.data_as<float>() + start);
 		return;
 	case DType::f16:
-		narrow_f16(in, dst.data_as<uint16_t>(), n);
+		narrow_f16(in, dst.data_as<uint16_t>() + start, n);
 		return;
 	case DType::bf16:
-		narrow_bf16(in, dst.data_as<uint16_t>(), n);
+		narrow_bf16(in, dst.data_as<uint16_t>() + start, n);
 		return;
 	default:
 		throw Error(fmt::format("cannot round f32 to a {} tensor; use f32, f16 or bf16",

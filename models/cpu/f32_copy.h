@@ -27,5 +27,8 @@ private:
 // Widens f32/f16/bf16 elements to f32, or rounds f32 to the destination's type.
 void widen_to_f32(const Tensor& src, float* out);
 void narrow_from_f32(const float* in, const Tensor& dst);
+// The same for the `count` elements from element `start` on.
+void widen_range(const Tensor& src, int64_t start, int64_t count, float* out);
+void narrow_range(const float* in, const Tensor& dst, int64_t start, int64_t count);
 
 } // namespace tower

@@ -1,4 +1,5 @@
-// 2-D convolution, stride 1 with configurable zero padding, as im2col + GEMM; optional fused ReLU.
+// 2-D convolution, stride 1 with configurable zero padding, on the backend's convolution; optional
+// fused ReLU.
 #include "models/layers/conv2d.h"
 
 #include "models/init.h"
@@ -31,15 +32,10 @@ const Tensor& Conv2d::forward(const Tensor& x)
 	const int64_t batch = x.dim(0), oc = shape_.out_channels, pixels = g_.col_cols();
 	const DType type = x.dtype(); // the compute type
 	x_ = x;
-	w_ = working_value(weight_, type, w_ws_).reshaped({oc, g_.col_rows()});
+	w_ = working_value(weight_, type, w_ws_);
 	const Tensor b = working_value(bias_, type, b_ws_);
 	y_ = y_ws_.get({batch, oc, g_.out_height(), g_.out_width()}, type, x.device());
-	const Tensor& col = col_ws_.get({g_.col_rows(), pixels}, type, x.device());
-	// One image at a time keeps the column buffer small enough to stay in cache.
-	for (int64_t i = 0; i < batch; ++i) {
-		ops.im2col(g_, x.select(i), col);
-		ops.gemm(Transpose::no, Transpose::no, 1.0f, w_, col, 0.0f, y_.select(i).reshaped({oc, pixels}));
-	}
+	ops.conv2d_forward(g_, x, w_, y_, columns(ops, type, x.device()));
 	ops.bias_act(y_, b, pixels, activation_ == Activation::relu);
 	return y_;
 }
@@ -49,7 +45,7 @@ const Tensor& Conv2d::backward(const Tensor& dy, const BackwardArgs& args)
 	TOWER_CHECK(x_.data() != nullptr && dy.shape() == y_.shape(), "{}: backward of {} without a matching forward",
 		    weight_.name, shape_text(dy.shape()));
 	const Ops& ops = ops_for(dy.device());
-	const int64_t batch = x_.dim(0), oc = shape_.out_channels, pixels = g_.col_cols();
+	const int64_t pixels = g_.col_cols();
 	const DType type = dy.dtype();
 	Tensor dz = dy;
 	if (activation_ == Activation::relu) {
@@ -60,28 +56,24 @@ const Tensor& Conv2d::backward(const Tensor& dy, const BackwardArgs& args)
 	ops.bias_grad(dz, db, pixels, accumulate_in_place(db, args));
 	finish_grad(bias_, db, args);
 
-	// dW = sum over images of dz_b [oc, pixels] * col_b^T; the columns are rebuilt rather than
-	// kept from forward, which would need a batch's worth of them.
-	const Tensor& col = col_ws_.get({g_.col_rows(), pixels}, type, dy.device());
-	const Tensor dw_buffer = grad_buffer(weight_, type, dw_ws_);
-	const Tensor dw = dw_buffer.reshaped({oc, g_.col_rows()});
-	const bool add = accumulate_in_place(dw_buffer, args);
-	for (int64_t i = 0; i < batch; ++i) {
-		ops.im2col(g_, x_.select(i), col);
-		const float beta = (i == 0 && !add) ? 0.0f : 1.0f;
-		ops.gemm(Transpose::no, Transpose::yes, 1.0f, dz.select(i).reshaped({oc, pixels}), col, beta, dw);
-	}
-	finish_grad(weight_, dw_buffer, args);
+	const Tensor col = columns(ops, type, dy.device());
+	const Tensor dw = grad_buffer(weight_, type, dw_ws_);
+	ops.conv2d_backward_weights(g_, x_, dz, dw, accumulate_in_place(dw, args), col);
+	finish_grad(weight_, dw, args);
 
 	dx_ = Tensor();
 	if (args.need_input_grad) {
 		dx_ = dx_ws_.get(x_.shape(), type, dy.device());
-		for (int64_t i = 0; i < batch; ++i) {
-			ops.gemm(Transpose::yes, Transpose::no, 1.0f, w_, dz.select(i).reshaped({oc, pixels}), 0.0f, col);
-			ops.col2im(g_, col, dx_.select(i));
-		}
+		ops.conv2d_backward_data(g_, w_, dz, dx_, col);
 	}
 	return dx_;
+}
+
+Tensor Conv2d::columns(const Ops& ops, DType type, const Device& device)
+{
+	if (!ops.conv_uses_columns())
+		return Tensor();
+	return col_ws_.get({g_.col_rows(), g_.col_cols()}, type, device);
 }
 
 } // namespace tower

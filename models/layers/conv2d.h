@@ -1,4 +1,5 @@
-// 2-D convolution, stride 1 with configurable zero padding, as im2col + GEMM; optional fused ReLU.
+// 2-D convolution, stride 1 with configurable zero padding, on the backend's convolution; optional
+// fused ReLU.
 #pragma once
 
 #include <string>
@@ -29,6 +30,8 @@ public:
 
 private:
 	ConvGeometry geometry_for(const Tensor& x) const;
+	// The column buffer of backends that lower convolution to im2col + gemm, else empty.
+	Tensor columns(const Ops& ops, DType type, const Device& device);
 
 	Conv2dShape shape_;
 	Activation activation_;
@@ -36,7 +39,7 @@ private:
 	Parameter bias_;
 	ConvGeometry g_;
 	Tensor x_;
-	Tensor w_; // [out, in*k*k] in the compute type of the last forward
+	Tensor w_; // [out, in, k, k] in the compute type of the last forward
 	Tensor y_;
 	Workspace w_ws_;
 	Workspace b_ws_;

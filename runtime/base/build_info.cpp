@@ -1,7 +1,6 @@
-// What this binary was built with and runs on: tower, MPI, CUDA libraries, OpenBLAS.
+// What this binary was built with and runs on: tower, MPI, CUDA libraries.
 #include "runtime/base/build_info.h"
 
-#include <cblas.h>
 #include <mpi.h>
 
 #include "tower_config.h"
@@ -35,9 +34,6 @@ BuildInfo collect_build_info(const World& world)
 	MPI_Get_version(&major, &minor);
 	info.mpi_standard = std::to_string(major) + "." + std::to_string(minor);
 	info.thread_level = thread_level_name(world.thread_level());
-	info.openblas_config = first_line(openblas_get_config());
-	info.openblas_kernel = openblas_get_corename();
-	info.openblas_threads = openblas_get_num_threads();
 	info.gpu = probe_gpu_runtime();
 	return info;
 }
@@ -49,9 +45,6 @@ nlohmann::json to_json(const BuildInfo& info)
 		{"mpi_library", info.mpi_library},
 		{"mpi_standard", info.mpi_standard},
 		{"mpi_thread_level", info.thread_level},
-		{"openblas_config", info.openblas_config},
-		{"openblas_kernel", info.openblas_kernel},
-		{"openblas_threads", info.openblas_threads},
 		{"cuda_built", info.gpu.built},
 		{"cuda_runtime", info.gpu.cuda_runtime},
 		{"cuda_driver", info.gpu.cuda_driver},

@@ -1,4 +1,5 @@
-// What this binary was built with and runs on: tower, MPI, CUDA libraries, OpenBLAS.
+// What this binary was built with and runs on: tower, MPI, CUDA libraries (the CPU
+// kernels' library is reported by models/cpu/cpu_threads.h).
 #pragma once
 
 #include <string>
@@ -15,9 +16,6 @@ struct BuildInfo {
 	std::string mpi_library;  // MPI_Get_library_version, first line
 	std::string mpi_standard; // "3.1"
 	std::string thread_level;
-	std::string openblas_config;
-	std::string openblas_kernel; // the kernel set in use, e.g. SkylakeX
-	int openblas_threads = 0;
 	GpuRuntimeInfo gpu;
 };
 

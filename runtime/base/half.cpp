@@ -20,19 +20,35 @@ uint16_t f32_to_f16(float value)
 	return std::bit_cast<uint16_t>(static_cast<_Float16>(value));
 }
 
-float bf16_to_f32(uint16_t bits)
+namespace {
+
+// The bf16 conversions, inline so the loops below vectorize: calls to the exported functions of
+// a shared library are not inlined (they could be interposed), and a loop of calls stays scalar.
+inline float bf16_bits_to_f32(uint16_t bits)
 {
 	return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16);
 }
 
-uint16_t f32_to_bf16(float value)
+inline uint16_t f32_to_bf16_bits(float value)
 {
 	const uint32_t u = std::bit_cast<uint32_t>(value);
-	if ((u & 0x7fffffffu) > 0x7f800000u) // NaN: keep it a (quiet) NaN
-		return static_cast<uint16_t>((u >> 16) | 0x40u);
-	// Round to nearest, ties to even, by adding half an ulp of the kept part.
-	const uint32_t rounding = 0x7fffu + ((u >> 16) & 1u);
-	return static_cast<uint16_t>((u + rounding) >> 16);
+	// Round to nearest, ties to even, by adding half an ulp of the kept part; a NaN stays a
+	// (quiet) NaN. Both are computed and one is picked, which vectorizes.
+	const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+	const uint32_t nan = (u >> 16) | 0x40u;
+	return static_cast<uint16_t>((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+}
+
+} // namespace
+
+float bf16_to_f32(uint16_t bits)
+{
+	return bf16_bits_to_f32(bits);
+}
+
+uint16_t f32_to_bf16(float value)
+{
+	return f32_to_bf16_bits(value);
 }
 
 // With F16C (part of x86-64-v3, the default -Dcpu_arch) the conversions are one instruction per
@@ -64,13 +80,13 @@ void narrow_f16(const float* in, uint16_t* out, size_t count)
 void widen_bf16(const uint16_t* in, float* out, size_t count)
 {
 	for (size_t i = 0; i < count; ++i)
-		out[i] = bf16_to_f32(in[i]);
+		out[i] = bf16_bits_to_f32(in[i]);
 }
 
 void narrow_bf16(const float* in, uint16_t* out, size_t count)
 {
 	for (size_t i = 0; i < count; ++i)
-		out[i] = f32_to_bf16(in[i]);
+		out[i] = f32_to_bf16_bits(in[i]);
 }
 
 } // namespace tower

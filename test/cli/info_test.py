@@ -45,29 +45,29 @@ for rank in range(4):
     expect(f"[rank {rank}] error: --ranks-per-node 3 does not divide the 4 ranks" in r.stderr,
            f"rank {rank} did not report the divisor error: {r.stderr}")
 
-# OpenBLAS kernels: an explicit OPENBLAS_CORETYPE wins; without one, an AVX-512 CPU gets an
-# AVX-512 kernel set even where this OpenBLAS release does not know the CPU model.
-def kernel(env):
+# The CPU kernels: oneDNN's version, the instruction set its kernels use (which
+# ONEDNN_MAX_CPU_ISA caps), and one thread per rank unless OMP_NUM_THREADS asks for more.
+def build(env):
     r = run(1, "--json", env=env)
     expect(r.returncode == 0, f"info --json failed: {r.stderr}")
-    return json.loads(r.stdout)["build"]["openblas_kernel"] if r.returncode == 0 else None
+    return json.loads(r.stdout)["build"] if r.returncode == 0 else {}
 
 
-forced = dict(os.environ, OPENBLAS_CORETYPE="Haswell")
-expect(kernel(forced) == "Haswell", "OPENBLAS_CORETYPE=Haswell was not honoured")
-unset = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
+base = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "ONEDNN_MAX_CPU_ISA")}
+b = build(base)
+expect(b.get("onednn_version", "").count(".") == 2, f"no oneDNN version reported: {b}")
+expect(b.get("onednn_isa", "unknown") != "unknown", f"no oneDNN instruction set reported: {b}")
+expect(b.get("cpu_threads") == 1, f"a rank should run its kernels on 1 thread by default: {b}")
+expect(build(dict(base, OMP_NUM_THREADS="3")).get("cpu_threads") == 3, "OMP_NUM_THREADS=3 was not honoured")
 flags = set()
 with open("/proc/cpuinfo") as f:
     for line in f:
         if line.startswith("flags"):
             flags = set(line.split(":", 1)[1].split())
             break
-chosen = kernel(unset)
-if {"avx512f", "avx512bw", "avx512dq", "avx512vl"} <= flags:
-    expect(chosen in ("SkylakeX", "Cooperlake", "SapphireRapids"),
-           f"AVX-512 CPU but OpenBLAS runs the {chosen} kernels")
-else:
-    expect(chosen is not None and chosen != "", "no OpenBLAS kernel name reported")
+if "avx2" in flags:
+    capped = build(dict(base, ONEDNN_MAX_CPU_ISA="AVX2")).get("onednn_isa")
+    expect(capped == "avx2", f"ONEDNN_MAX_CPU_ISA=AVX2 gave the {capped} kernels")
 
 for f in failures:
     print("FAIL:", f)

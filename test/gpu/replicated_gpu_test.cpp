@@ -30,7 +30,7 @@ tower::test::RunSpec spec_for(const Device& device, AllReduceMode mode, bool ove
 
 } // namespace
 
-// Tolerances: cuBLAS and OpenBLAS sum the GEMMs in different orders and the GPU's expf differs
+// Tolerances: cuBLAS and oneDNN sum the GEMMs in different orders and the GPU's expf differs
 // from the CPU's in the last bit, so f32 runs drift apart by about 1e-6 per step; 30 steps stay
 // far below 1e-3, while a gradient read before backward wrote it, or a bucket left unreduced,
 // moves the parameters by lr * gradient, about 1e-2 relative and more. With bf16 compression

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "models/cpu/dnnl_cpu.h"
 #include "models/init.h"
 #include "models/layers/workspace.h"
 #include "models/ops.h"
@@ -115,6 +116,65 @@ TEST_CASE("col2im is the adjoint of im2col, with and without padding")
 				CHECK(cols[centre_row * g.col_cols() + i] == image.to_host_f32()[i]);
 		}
 	}
+}
+
+// The CPU backend's own convolution against the backend-neutral im2col + gemm path of Ops, which
+// the grad checks and the float64 references validate, in f32 and bf16, overwriting and adding.
+TEST_CASE("the CPU convolution matches im2col + gemm forward and backward, in f32 and bf16")
+{
+	const Ops& ops = cpu_ops();
+	CHECK_FALSE(ops.conv_uses_columns());
+	const ConvGeometry g{3, 7, 6, 3, 1};
+	const int64_t batch = 2, oc = 4;
+	for (DType t : {DType::f32, DType::bf16}) {
+		auto typed = [&](const Shape& shape, const char* name) {
+			Tensor out = Tensor::empty(shape, t, Device{});
+			ops.cast(random_tensor(shape, name), out, false);
+			return out;
+		};
+		const Tensor x = typed({batch, g.channels, g.height, g.width}, "x");
+		const Tensor w = typed({oc, g.channels, g.kernel, g.kernel}, "w");
+		const Tensor dy = typed({batch, oc, g.out_height(), g.out_width()}, "dy");
+		const Tensor col = Tensor::empty({g.col_rows(), g.col_cols()}, t, Device{});
+		const double tol = t == DType::f32 ? 1e-5 : 1e-2;
+		auto same = [&](const Tensor& got, const Tensor& want, const std::string& what) {
+			const std::vector<float> a = got.to_host_f32(), b = want.to_host_f32();
+			size_t wrong = 0;
+			for (size_t i = 0; i < a.size(); ++i)
+				wrong += a[i] == doctest::Approx(b[i]).epsilon(tol).scale(1.0) ? 0 : 1;
+			CHECK_MESSAGE(wrong == 0, what, " (", dtype_name(t), "): ", wrong, " of ", a.size(), " differ");
+		};
+		const Tensor y = Tensor::zeros(dy.shape(), t, Device{}), y_ref = Tensor::zeros(dy.shape(), t, Device{});
+		ops.conv2d_forward(g, x, w, y, Tensor());
+		ops.Ops::conv2d_forward(g, x, w, y_ref, col);
+		same(y, y_ref, "forward");
+		const Tensor dx = Tensor::zeros(x.shape(), t, Device{}), dx_ref = Tensor::zeros(x.shape(), t, Device{});
+		ops.conv2d_backward_data(g, w, dy, dx, Tensor());
+		ops.Ops::conv2d_backward_data(g, w, dy, dx_ref, col);
+		same(dx, dx_ref, "input gradient");
+		for (bool add : {false, true}) {
+			const Tensor dw = typed(w.shape(), "dw0"), dw_ref = typed(w.shape(), "dw0");
+			ops.conv2d_backward_weights(g, x, dy, dw, add, Tensor());
+			ops.Ops::conv2d_backward_weights(g, x, dy, dw_ref, add, col);
+			same(dw, dw_ref, add ? "weight gradient, added" : "weight gradient");
+		}
+	}
+}
+
+TEST_CASE("the CPU backend makes each oneDNN primitive once per shape and reuses it")
+{
+	const Ops& ops = cpu_ops();
+	const Tensor a = random_tensor({6, 5}, "a"), b = random_tensor({5, 4}, "b");
+	const Tensor c = Tensor::zeros({6, 4}, DType::f32, Device{});
+	ops.gemm(Transpose::no, Transpose::no, 1.0f, a, b, 0.0f, c);
+	const int64_t made = dnnl_primitives_made();
+	for (int i = 0; i < 3; ++i)
+		ops.gemm(Transpose::no, Transpose::no, 1.0f, a, b, 0.0f, c);
+	CHECK(dnnl_primitives_made() == made);
+	// Another shape is another primitive.
+	const Tensor c2 = Tensor::zeros({6, 6}, DType::f32, Device{});
+	ops.gemm(Transpose::no, Transpose::yes, 1.0f, a, a, 0.0f, c2);
+	CHECK(dnnl_primitives_made() == made + 1);
 }
 
 TEST_CASE("max pooling picks the first of equal maxima and routes gradients to it")

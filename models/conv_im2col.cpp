@@ -1,0 +1,43 @@
+// The default convolution of models/ops.h: im2col + GEMM one image at a time, for any backend.
+#include "models/ops.h"
+
+namespace tower {
+
+void Ops::conv2d_forward(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& y,
+			 const Tensor& col) const
+{
+	const int64_t oc = y.dim(1), pixels = g.col_cols();
+	const Tensor w2 = w.reshaped({oc, g.col_rows()});
+	// One image at a time keeps the column buffer small enough to stay in cache.
+	for (int64_t i = 0; i < x.dim(0); ++i) {
+		im2col(g, x.select(i), col);
+		gemm(Transpose::no, Transpose::no, 1.0f, w2, col, 0.0f, y.select(i).reshaped({oc, pixels}));
+	}
+}
+
+void Ops::conv2d_backward_data(const ConvGeometry& g, const Tensor& w, const Tensor& dy, const Tensor& dx,
+			       const Tensor& col) const
+{
+	const int64_t oc = dy.dim(1), pixels = g.col_cols();
+	const Tensor w2 = w.reshaped({oc, g.col_rows()});
+	for (int64_t i = 0; i < dy.dim(0); ++i) {
+		gemm(Transpose::yes, Transpose::no, 1.0f, w2, dy.select(i).reshaped({oc, pixels}), 0.0f, col);
+		col2im(g, col, dx.select(i));
+	}
+}
+
+void Ops::conv2d_backward_weights(const ConvGeometry& g, const Tensor& x, const Tensor& dy, const Tensor& dw,
+				  bool accumulate, const Tensor& col) const
+{
+	// dW = sum over images of dy_b [oc, pixels] * col_b^T; the columns are rebuilt rather than
+	// kept from forward, which would need a batch's worth of them.
+	const int64_t oc = dy.dim(1), pixels = g.col_cols();
+	const Tensor dw2 = dw.reshaped({oc, g.col_rows()});
+	for (int64_t i = 0; i < x.dim(0); ++i) {
+		im2col(g, x.select(i), col);
+		const float beta = (i == 0 && !accumulate) ? 0.0f : 1.0f;
+		gemm(Transpose::no, Transpose::yes, 1.0f, dy.select(i).reshaped({oc, pixels}), col, beta, dw2);
+	}
+}
+
+} // namespace tower
