@@ -13,6 +13,7 @@
 #include "optim/schedule.h"
 #include "runtime/base/device.h"
 #include "runtime/base/topology.h"
+#include "runtime/checkpoint.h"
 #include "runtime/strategy.h"
 
 namespace tower {
@@ -30,6 +31,7 @@ struct TrainerConfig {
 	int eval_every = 1;       // evaluate every this many epochs and at the end; 0: never
 	int64_t check_every = 100; // compare the replicas' hashes every this many updates; 0: at the end only
 	std::string metrics_path; // JSON lines written by rank 0; empty: none
+	CheckpointConfig checkpoint; // docs/checkpoints.md
 	// Written into the summary as they are, so a run's log says what ran.
 	nlohmann::json labels;
 };
