@@ -2,9 +2,11 @@
 #include "runtime/checkpoint.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <map>
+#include <thread>
 
 #include <fmt/ranges.h>
 
@@ -140,7 +142,7 @@ nlohmann::json verify_checkpoint(const std::string& step_dir)
 Checkpointer::Checkpointer(const Topology& topology, const CheckpointConfig& config, Strategy& strategy,
 			   std::string strategy_name, std::function<void(const std::string&)> say)
 	: topology_(topology), config_(config), strategy_(strategy), strategy_name_(std::move(strategy_name)),
-	  say_(std::move(say))
+	  say_(std::move(say)), comm_(duplicate_comm(topology.world()))
 {
 	if (config_.keep < 1)
 		throw AgreedError(fmt::format("--keep-checkpoints {}: keep at least 1", config_.keep));
@@ -151,54 +153,179 @@ Checkpointer::Checkpointer(const Topology& topology, const CheckpointConfig& con
 		throw AgreedError("--resume needs --checkpoint-dir DIR (or --resume PATH): where are the checkpoints?");
 }
 
+// Every blocking wait of the checkpointer (thread joins, the completion vote) goes through
+// here, so a stall watchdog can watch them all with one edit.
+template <typename Fn> void blocking_wait(Fn wait)
+{
+	wait();
+}
+
+struct Checkpointer::Pending {
+	TrainingPosition position;
+	std::string step_dir;
+	std::chrono::steady_clock::time_point start;
+	std::thread writer;               // this rank's file, on a saving rank
+	std::atomic<bool> written{false}; // the writer is done (problem is set)
+	std::string problem;
+	int failed = 0;                   // this rank's vote, then the largest over the ranks
+	MPI_Request vote = MPI_REQUEST_NULL;
+	bool voting = false, voted = false;
+	std::thread manifest;             // rank 0, once every rank's file is durable
+	std::atomic<bool> manifest_done{false};
+	std::string manifest_problem;
+	bool announced = false;
+};
+
+Checkpointer::~Checkpointer()
+{
+	if (!pending_)
+		return;
+	if (pending_->writer.joinable())
+		pending_->writer.join();
+	if (pending_->manifest.joinable())
+		pending_->manifest.join();
+}
+
 double Checkpointer::save(const TrainingPosition& position)
 {
+	wait();
 	const auto start = std::chrono::steady_clock::now();
-	const MPI_Comm world = topology_.world();
 	const int rank = topology_.rank();
-	const std::string step_dir = checkpoint_step_dir(config_.dir, position.step);
+	auto p = std::make_unique<Pending>();
+	p->position = position;
+	p->step_dir = checkpoint_step_dir(config_.dir, position.step);
+	p->start = start;
 	std::string problem;
 	if (rank == 0)
 		problem = problem_of([&] {
 			fs::create_directories(config_.dir);
 			// An older checkpoint of this step loses its manifest first, so it is never half valid.
-			fs::remove(fs::path(step_dir) / manifest_name);
-			fs::remove_all(step_dir);
-			fs::create_directory(step_dir);
-			sync_directory(config_.dir);
+			fs::remove(fs::path(p->step_dir) / manifest_name);
+			fs::remove_all(p->step_dir);
+			fs::create_directory(p->step_dir);
 		});
-	agree(world, problem);
+	agree(topology_.world(), problem);
 
-	nlohmann::json entry;
-	if (strategy_.saves_variables())
-		problem = problem_of([&] {
-			const auto bytes = serialize_checkpoint({{"kind", "variables"}, {"rank", rank}, {"step", position.step}},
-								strategy_.variables());
-			write_file_durably((fs::path(step_dir) / rank_file_name(rank)).string(), bytes);
-			entry = {{"rank", rank}, {"file", rank_file_name(rank)}, {"bytes", bytes.size()}};
+	if (strategy_.saves_variables()) {
+		// A host copy is all training waits for; the checksums and the file are made beside the
+		// next steps.
+		std::vector<NamedTensor> copies;
+		for (const auto& v : strategy_.variables()) {
+			copies.push_back({v.name, Tensor::empty(v.tensor.shape(), v.tensor.dtype(), Device{})});
+			copies.back().tensor.copy_from(v.tensor);
+		}
+		const nlohmann::json metadata = {{"kind", "variables"}, {"rank", rank}, {"step", position.step}};
+		const std::string path = (fs::path(p->step_dir) / rank_file_name(rank)).string();
+		Pending* raw = p.get();
+		p->writer = std::thread([raw, copies = std::move(copies), metadata, path] {
+			raw->problem = problem_of([&] { write_file_durably(path, serialize_checkpoint(metadata, copies)); });
+			raw->written = true;
 		});
-	agree(world, problem);
-	const auto entries = gather_strings(world, entry.is_null() ? std::string() : entry.dump());
+	} else {
+		p->written = true;
+	}
+	pending_ = std::move(p);
+	const double pause = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+	poll();
+	return pause;
+}
 
-	if (rank == 0)
-		problem = problem_of([&] {
-			nlohmann::json files = nlohmann::json::array();
-			for (const auto& e : entries)
-				if (!e.empty())
-					files.push_back(nlohmann::json::parse(e));
-			const nlohmann::json manifest = {{"kind", "manifest"},
-							 {"step", position.step},
-							 {"world_size", topology_.size()},
-							 {"strategy", strategy_name_},
-							 {"identity", config_.identity},
-							 {"position", position_json(position)},
-							 {"files", files}};
-			write_file_durably((fs::path(step_dir) / manifest_name).string(), serialize_checkpoint(manifest, {}));
-			sync_directory(config_.dir);
-			prune(position.step);
-		});
-	agree(world, problem);
-	return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+void Checkpointer::start_agreement()
+{
+	Pending& p = *pending_;
+	blocking_wait([&] {
+		if (p.writer.joinable())
+			p.writer.join();
+	});
+	if (!p.problem.empty())
+		fmt::print(stderr, "[rank {}] error: checkpoint of step {}: {}\n", topology_.rank(), p.position.step, p.problem);
+	p.failed = p.problem.empty() ? 0 : 1;
+	TOWER_MPI(MPI_Iallreduce(MPI_IN_PLACE, &p.failed, 1, MPI_INT, MPI_MAX, comm_.get(), &p.vote));
+	p.voting = true;
+}
+
+void Checkpointer::poll()
+{
+	if (!pending_)
+		return;
+	Pending& p = *pending_;
+	if (!p.voting && p.written)
+		start_agreement();
+	if (p.voting && !p.voted) {
+		int done = 0;
+		TOWER_MPI(MPI_Test(&p.vote, &done, MPI_STATUS_IGNORE));
+		if (done) {
+			p.voted = true;
+			if (topology_.rank() == 0 && p.failed == 0)
+				p.manifest = std::thread([this, &p] {
+					p.manifest_problem = problem_of([&] { write_manifest(p); });
+					p.manifest_done = true;
+				});
+		}
+	}
+	if (p.manifest_done && !p.announced) {
+		p.announced = true;
+		if (p.manifest_problem.empty())
+			say_(fmt::format("checkpoint of step {} complete ({:.0f} ms after it began)", p.position.step,
+					 1e3 * std::chrono::duration<double>(std::chrono::steady_clock::now() - p.start).count()));
+	}
+}
+
+void Checkpointer::wait()
+{
+	if (!pending_)
+		return;
+	Pending& p = *pending_;
+	if (!p.voting)
+		start_agreement();
+	if (!p.voted) {
+		blocking_wait([&] { TOWER_MPI(MPI_Wait(&p.vote, MPI_STATUS_IGNORE)); });
+		p.voted = true;
+		if (topology_.rank() == 0 && p.failed == 0) {
+			p.manifest_problem = problem_of([&] { write_manifest(p); });
+			p.manifest_done = true;
+		}
+	}
+	blocking_wait([&] {
+		if (p.manifest.joinable())
+			p.manifest.join();
+	});
+	poll(); // announces completion
+	const int failed = p.failed;
+	const int64_t step = p.position.step;
+	const std::string problem = p.manifest_problem;
+	pending_.reset();
+	if (failed)
+		throw AgreedError(fmt::format("checkpoint of step {}: a rank could not write its file (its error is printed "
+					      "above); the previous checkpoint stays the latest valid one",
+					      step));
+	agree(topology_.world(), problem);
+}
+
+void Checkpointer::write_manifest(const Pending& p) const
+{
+	// Every rank's file is durable (the vote said so): list them, then the manifest makes the
+	// checkpoint valid.
+	nlohmann::json files = nlohmann::json::array();
+	std::vector<fs::path> found;
+	for (const auto& e : fs::directory_iterator(p.step_dir))
+		if (e.path().extension() == ".tck" && e.path().filename().string().rfind("rank-", 0) == 0)
+			found.push_back(e.path());
+	std::sort(found.begin(), found.end());
+	for (const auto& f : found)
+		files.push_back({{"rank", std::stoi(f.filename().string().substr(5, 5))},
+				 {"file", f.filename().string()},
+				 {"bytes", fs::file_size(f)}});
+	const nlohmann::json manifest = {{"kind", "manifest"},
+					 {"step", p.position.step},
+					 {"world_size", topology_.size()},
+					 {"strategy", strategy_name_},
+					 {"identity", config_.identity},
+					 {"position", position_json(p.position)},
+					 {"files", files}};
+	write_file_durably((fs::path(p.step_dir) / manifest_name).string(), serialize_checkpoint(manifest, {}));
+	sync_directory(config_.dir);
+	prune(p.position.step);
 }
 
 void Checkpointer::prune(int64_t just_written) const

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -51,14 +52,24 @@ public:
 	// `strategy` and `topology` must outlive it. `say` prints a line on rank 0.
 	Checkpointer(const Topology& topology, const CheckpointConfig& config, Strategy& strategy, std::string strategy_name,
 		     std::function<void(const std::string&)> say);
+	// Waits for a checkpoint still being written (not collective: it completes this rank's part).
+	~Checkpointer();
+	Checkpointer(const Checkpointer&) = delete;
+	Checkpointer& operator=(const Checkpointer&) = delete;
 
 	bool saving() const { return !config_.dir.empty(); }
 	bool due(int64_t step) const { return saving() && config_.every > 0 && step % config_.every == 0; }
 
-	// Collective: writes the checkpoint of `position.step` (files, then the manifest), removes
-	// checkpoints beyond the `keep` newest and any of later steps (a run resumed from an older one
-	// supersedes them). Returns the seconds this rank spent.
+	// Collective: starts the checkpoint of `position.step`. Training pauses only while the saving
+	// ranks copy their variables and the step directory is made; a thread per saving rank writes
+	// the file, and once every rank's file is durable rank 0 writes the manifest (poll() and
+	// wait() see to that). Finishes the previous checkpoint first. Returns the seconds of pause.
 	double save(const TrainingPosition& position);
+	// Not collective, cheap: moves a checkpoint in progress along (call it every step).
+	void poll();
+	// Collective: finishes the checkpoint in progress, if any; tower::AgreedError when a rank
+	// failed to write its part.
+	void wait();
 
 	// Collective, when the config asks to resume: loads the latest valid checkpoint into the
 	// strategy (a corrupt one gives a warning naming the file and the previous one is tried) and
@@ -68,9 +79,13 @@ public:
 	std::optional<TrainingPosition> restore(int64_t samples_per_update);
 
 private:
+	struct Pending;
+
 	std::vector<std::string> candidates() const;
 	std::string choose(std::string* manifest_text) const;
 	void load_variables(const std::string& step_dir);
+	void start_agreement();
+	void write_manifest(const Pending& p) const;
 	void prune(int64_t just_written) const;
 
 	const Topology& topology_;
@@ -78,6 +93,8 @@ private:
 	Strategy& strategy_;
 	std::string strategy_name_;
 	std::function<void(const std::string&)> say_;
+	CommHandle comm_; // private: the completion vote of a checkpoint runs on it in the background
+	std::unique_ptr<Pending> pending_;
 };
 
 } // namespace tower

@@ -180,6 +180,7 @@ void Trainer::Run::train_step(int epoch, int64_t update_in_epoch)
 	next_update_ = epoch_done ? 0 : update_in_epoch + 1;
 	if (checkpointer_.due(step_))
 		save_checkpoint();
+	checkpointer_.poll();
 }
 
 void Trainer::Run::save_checkpoint()
@@ -195,8 +196,9 @@ void Trainer::Run::save_checkpoint()
 	checkpoint_s_ += took;
 	++checkpoints_;
 	window_.start += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(took));
-	progress_.say(fmt::format("checkpoint of step {} written in {:.1f} ms", step_, 1e3 * took));
-	metrics_.write({{"event", "checkpoint"}, {"step", step_}, {"seconds", took},
+	progress_.say(fmt::format("checkpoint of step {}: training paused {:.1f} ms, the files are written in the background",
+				  step_, 1e3 * took));
+	metrics_.write({{"event", "checkpoint"}, {"step", step_}, {"pause_s", took},
 			{"dir", checkpoint_step_dir(c_.checkpoint.dir, step_)}});
 }
 
@@ -347,7 +349,7 @@ nlohmann::json Trainer::Run::finish()
 		{"total_optimizer_state_bytes", sum_over_ranks(topology_.world(), state_bytes)},
 		{"replica_hash", fmt::format("{:016x}", hash)},
 		{"checkpoints", checkpoints_},
-		{"checkpoint_s", checkpoint_s_},
+		{"checkpoint_pause_s", checkpoint_s_},
 		{"test_accuracy", last_eval_.done ? nlohmann::json(last_eval_.raw.accuracy) : nlohmann::json()},
 		{"test_loss", last_eval_.done ? nlohmann::json(last_eval_.raw.loss) : nlohmann::json()},
 	});
@@ -391,6 +393,7 @@ nlohmann::json Trainer::Run::run()
 	}
 	if (checkpointer_.saving() && saved_step_ != step_)
 		save_checkpoint();
+	checkpointer_.wait();
 	return finish();
 }
 
