@@ -152,6 +152,10 @@ Trainer::Run::Run(const Topology& topology, const Device& device, Model& model, 
 	  progress_(topology.rank() == 0, stdout_is_terminal()),
 	  checkpointer_(topology, c.checkpoint, *strategy_, facts_.name, [this](const std::string& line) { progress_.say(line); })
 {
+	// Rank 0 saves one replica; replica groups each hold their own.
+	if ((checkpointer_.saving() || c.checkpoint.resume) && !c.strategy.replicated.groups.empty())
+		throw AgreedError("--groups: each replica group holds its own parameters and a checkpoint saves rank 0's "
+				  "replica only; drop --groups or the checkpoint options");
 }
 
 void Trainer::Run::train_step(int epoch, int64_t update_in_epoch)
