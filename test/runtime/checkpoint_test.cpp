@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <string>
 
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include "models/model_factory.h"
@@ -54,8 +55,9 @@ TrainerConfig config(const StrategyOptions& strategy, const std::string& dir)
 	return c;
 }
 
-// The parameters' hash from the summary, and a checksum of every variable this rank holds
-// (optimizer state, loss scale, averages and step counter too).
+// The parameters' hash from the summary, the averaged parameters' hash and the loss scale (seen
+// through the strategy, whatever variables() lists), and a checksum of every variable this rank
+// holds.
 std::string trained_hash(const TrainerConfig& c)
 {
 	static const Dataset data = tower::test::synthetic_dataset(400);
@@ -64,12 +66,16 @@ std::string trained_hash(const TrainerConfig& c)
 	auto model = make_model({"mlp", 32, 1, 7}, cpu);
 	Trainer trainer(topology, cpu, *model, data, Dataset{}, c);
 	const std::string parameters = trainer.run().at("replica_hash").get<std::string>();
+	Strategy& strategy = trainer.strategy();
+	strategy.use_averages(true);
+	const uint64_t averaged = strategy.check_replicas();
+	strategy.use_averages(false);
 	uint32_t state = 0;
-	for (const auto& v : trainer.strategy().variables()) {
+	for (const auto& v : strategy.variables()) {
 		state = crc32c(v.name.data(), v.name.size(), state);
 		state = crc32c(v.tensor.data(), v.tensor.bytes(), state);
 	}
-	return parameters + " " + std::to_string(state);
+	return fmt::format("{} {:x} {} {}", parameters, averaged, strategy.loss_scaler().log2_scale(), state);
 }
 
 void check_resume(const StrategyOptions& strategy, const std::string& tag)
