@@ -1,5 +1,5 @@
 // The training loop every program shares: data order, schedule, steps through a strategy,
-// logging, metrics, evaluation and replica checks.
+// logging, metrics, evaluation, replica checks and checkpoints.
 #include "runtime/trainer.h"
 
 #include <algorithm>
