@@ -188,8 +188,9 @@ Checkpointer::~Checkpointer()
 
 double Checkpointer::save(const TrainingPosition& position)
 {
-	wait();
+	// The pause counts the wait for a previous checkpoint still being written.
 	const auto start = std::chrono::steady_clock::now();
+	wait();
 	const int rank = topology_.rank();
 	auto p = std::make_unique<Pending>();
 	p->position = position;

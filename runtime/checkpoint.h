@@ -63,7 +63,8 @@ public:
 	// Collective: starts the checkpoint of `position.step`. Training pauses only while the saving
 	// ranks copy their variables and the step directory is made; a thread per saving rank writes
 	// the file, and once every rank's file is durable rank 0 writes the manifest (poll() and
-	// wait() see to that). Finishes the previous checkpoint first. Returns the seconds of pause.
+	// wait() see to that). Finishes the previous checkpoint first. Returns the seconds training
+	// paused, that wait included.
 	double save(const TrainingPosition& position);
 	// Not collective, cheap: moves a checkpoint in progress along (call it every step).
 	void poll();
