@@ -148,6 +148,8 @@ if os.path.exists(latest):
     r = run(3, "replicated-world", "--checkpoint-dir", ckpt, "--resume", "--max-steps", "310")
     expect(r.returncode == 0 and "the data order from here on differs" in r.stdout,
            f"replicated at another world size: {r.stdout[-800:]} {r.stderr[-800:]}")
+    expect_error(run(2, "groups", "--checkpoint-dir", os.path.join(tmp, "groups"), "--groups", "0;1"),
+                 "a checkpoint saves rank 0's replica only", "checkpoints with --groups")
     empty = os.path.join(tmp, "empty")
     os.makedirs(os.path.join(empty, "step-0000000100"))
     expect_error(run(2, "none", "--checkpoint-dir", empty, "--resume"), "none of the 1 checkpoint(s)", "no valid checkpoint")
