@@ -253,14 +253,17 @@ int run_bench(World& world, const BenchOptions& o)
 	size_t total_wrong = 0;
 	for (const std::string& mode : modes) {
 		std::unique_ptr<AllReduce> all_reduce;
+		AllReduceOptions options;
+		options.deterministic = o.deterministic;
 		if (o.collective == "allreduce")
-			all_reduce = make_all_reduce(topology, device, parse_all_reduce_mode(mode));
+			all_reduce = make_all_reduce(topology, device, parse_all_reduce_mode(mode), {}, options);
 		// Modes whose allocate() gives shared memory get their buffers from it; the others (naive:
 		// plain MPI_Allreduce) run on ordinary memory.
 		AllReduce* registered = all_reduce && all_reduce->shares_buffers() && !device.is_cuda() ? all_reduce.get()
 													  : nullptr;
 		if (world.rank() == 0)
-			print_header(o.collective, mode, world.size(), registered != nullptr);
+			print_header(o.collective, o.deterministic ? mode + " --deterministic" : mode, world.size(),
+				     registered != nullptr);
 		for (size_t bytes = lo; bytes <= hi; bytes *= static_cast<size_t>(o.factor)) {
 			// Whole elements, and whole blocks for the collectives that split the buffer.
 			const size_t unit = dtype_size(dtype) * std::max(coll.send_divisor, coll.recv_divisor);
@@ -271,7 +274,7 @@ int run_bench(World& world, const BenchOptions& o)
 				print_rows(rows, o.dtype, o.op);
 			for (const Row& r : rows) {
 				total_wrong += r.wrong;
-				out.push_back({{"collective", o.collective}, {"mode", mode}, {"dtype", o.dtype}, {"op", o.op},
+				out.push_back({{"collective", o.collective}, {"mode", mode}, {"deterministic", o.deterministic}, {"dtype", o.dtype}, {"op", o.op},
 					       {"ranks", world.size()}, {"bytes", r.bytes}, {"time_us", r.time_us},
 					       {"algbw_gbps", r.algbw}, {"busbw_gbps", r.busbw}, {"wrong", r.wrong},
 					       {"in_place", r.in_place}});

@@ -20,6 +20,7 @@ struct BenchOptions {
 	std::string json;
 	std::string device = "auto";
 	double fusion_mb = 25;
+	bool deterministic = false; // all-reduce in rank order (collectives/all_reduce_ordered.h)
 };
 
 int run_bench(World& world, const BenchOptions& options);

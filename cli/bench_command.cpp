@@ -27,6 +27,7 @@ Command add_bench_command(CLI::App& parent)
 	app->add_option("--device", o->device, "auto, cpu or cuda")->check(CLI::IsMember({"auto", "cpu", "cuda"}));
 	app->add_option("--fusion-mb", o->fusion_mb, "Bucket threshold for `bench fusion` (0 disables fusion)")
 		->check(CLI::NonNegativeNumber);
+	app->add_flag("--deterministic", o->deterministic, "All-reduce summing in rank order, as tower train --deterministic");
 	return {app, [o](World& world) { return run_bench(world, *o); }};
 }
 

@@ -62,6 +62,19 @@ void add_run_options(CLI::App& app, TrainConfig& c)
 	app.add_option("--log-every", c.log_every, "Log a step line every K steps")->check(CLI::PositiveNumber);
 	app.add_option("--eval-every", c.eval_every, "Evaluate every E epochs and at the end (0: never)")
 		->check(CLI::NonNegativeNumber);
+	app.add_flag("--deterministic", c.deterministic,
+		     "Sum the all-reduce in rank order: every mode and rank layout gives the same bits");
+}
+
+void add_checkpoint_options(CLI::App& app, TrainConfig& c)
+{
+	app.add_option("--checkpoint-dir", c.checkpoint_dir, "Write checkpoints into this directory (docs/checkpoints.md)");
+	app.add_option("--checkpoint-every", c.checkpoint_every, "A checkpoint every K steps, and one at the end")
+		->check(CLI::NonNegativeNumber);
+	app.add_option("--keep-checkpoints", c.keep_checkpoints, "Complete checkpoints to keep")->check(CLI::PositiveNumber);
+	app.add_option("--resume", c.resume_path,
+		       "Continue from the latest valid checkpoint in --checkpoint-dir, or from PATH")
+		->expected(0, 1);
 }
 
 void add_precision_options(CLI::App& app, TrainConfig& c)
@@ -88,7 +101,8 @@ void add_strategy_options(CLI::App& app, TrainConfig& c)
 }
 
 // The options that configure the replicated strategy's all-reduce; other strategies refuse them.
-const char* const replicated_only[] = {"--allreduce", "--fusion-mb", "--overlap", "--shard-update", "--groups"};
+const char* const replicated_only[] = {"--allreduce", "--fusion-mb", "--overlap", "--shard-update", "--groups",
+				       "--deterministic"};
 
 int run_training(World& world, const TrainConfig& c)
 {
@@ -120,7 +134,9 @@ Command add_train_command(CLI::App& parent)
 	add_run_options(*app, *config);
 	add_precision_options(*app, *config);
 	add_strategy_options(*app, *config);
+	add_checkpoint_options(*app, *config);
 	return {app, [config, app](World& world) {
+		config->resume = app->count("--resume") > 0;
 		for (const char* name : replicated_only)
 			if (app->count(name) > 0)
 				config->replicated_only_given.push_back(name);

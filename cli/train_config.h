@@ -43,6 +43,12 @@ struct TrainConfig {
 	std::string strategy = "replicated";
 	int ps_ranks = 0;
 	std::optional<double> ema_decay;
+	bool deterministic = false; // sum the all-reduce in rank order
+	std::string checkpoint_dir;
+	int64_t checkpoint_every = 0;
+	int keep_checkpoints = 3;
+	bool resume = false;
+	std::string resume_path; // empty with resume: the latest valid checkpoint in checkpoint_dir
 	// Replicated-only options given on the command line, so another strategy can refuse them.
 	std::vector<std::string> replicated_only_given;
 };

@@ -5,6 +5,7 @@
 
 #include <fmt/ranges.h>
 
+#include "cli/train_identity.h"
 #include "runtime/base/error.h"
 
 namespace tower::cli {
@@ -79,6 +80,7 @@ ReplicatedOptions replicated_options(const TrainConfig& c, int world_size, const
 	o.overlap = c.overlap;
 	o.shard_update = c.shard_update;
 	o.groups = parse_groups(c.groups);
+	o.all_reduce.deterministic = c.deterministic;
 	o.compress = c.compress == "none" ? DType::f32 : parse_precision(c.compress);
 	LossScaleOptions tuning;
 	tuning.log2_init = c.loss_scale_init;
@@ -116,6 +118,12 @@ TrainerConfig trainer_config(const TrainConfig& c, int world_size, const Device&
 	t.check_every = c.check_every;
 	t.metrics_path = c.metrics_path;
 	t.timeline_path = c.timeline_path;
+	t.checkpoint.dir = c.checkpoint_dir;
+	t.checkpoint.every = c.checkpoint_every;
+	t.checkpoint.keep = c.keep_checkpoints;
+	t.checkpoint.resume = c.resume;
+	t.checkpoint.resume_path = c.resume_path;
+	t.checkpoint.identity = run_identity(c);
 	t.labels = {{"model", c.model.name},
 		    {"precision", c.precision},
 		    {"compress", c.compress},

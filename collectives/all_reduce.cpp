@@ -6,6 +6,7 @@
 #include "collectives/all_reduce_comm.h"
 #include "collectives/all_reduce_hierarchical.h"
 #include "collectives/all_reduce_naive.h"
+#include "collectives/all_reduce_ordered.h"
 #include "collectives/all_reduce_ring.h"
 #include "collectives/communicator.h"
 #include "runtime/base/agree.h"
@@ -81,6 +82,12 @@ std::unique_ptr<AllReduce> make_all_reduce(const Topology& topology, const Devic
 					   const GroupAssignment& groups, const AllReduceOptions& options)
 {
 	const ReplicaGroup group = make_replica_group(topology, groups);
+	if (options.deterministic) {
+		if (device.is_cuda())
+			throw AgreedError("--deterministic sums on the host in rank order and does not take CUDA buffers; "
+					  "drop --deterministic, or train on the CPU (--device cpu)");
+		return std::make_unique<OrderedAllReduce>(group.group.get(), mode, options);
+	}
 	switch (mode) {
 	case AllReduceMode::ring:
 		if (device.is_cuda())

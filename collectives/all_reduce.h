@@ -25,6 +25,9 @@ struct AllReduceOptions {
 	// The piece the CPU algorithms stream through at a time: the ring's message size and the
 	// shared-memory round of the hierarchical mode. Tests make it tiny to reach multi-piece paths.
 	size_t chunk_bytes = size_t{1} << 20;
+	// Sum every element in group-rank order, whatever the mode and node layout, so all modes
+	// give the same bits at any rank count (collectives/all_reduce_ordered.h). Host buffers only.
+	bool deterministic = false;
 };
 
 // One all-reduce algorithm over one replica group. The constructor does all setup (private

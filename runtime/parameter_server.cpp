@@ -53,7 +53,7 @@ template <typename Fn> void in_pieces(int64_t count, DType dtype, Fn piece)
 
 ParameterServerStrategy::ParameterServerStrategy(const Topology& topology, const Device& device, Model& model,
 						 const OptimizerConfig& optimizer, const StrategyOptions& options)
-	: rank_(topology.rank()), device_(device), world_(topology.world()), options_(options), model_(&model),
+	: topology_(topology), rank_(topology.rank()), device_(device), world_(topology.world()), options_(options), model_(&model),
 	  parameters_(model.parameters()), loss_scaler_(options.replicated.loss_scale)
 {
 	check_options(options_, topology.size());
@@ -205,7 +205,7 @@ void ParameterServerStrategy::pack_gradients(float factor)
 
 void ParameterServerStrategy::poison_if_injecting()
 {
-	if (steps_ != options_.replicated.inject_nonfinite_step || rank_ != options_.replicated.inject_nonfinite_rank ||
+	if (steps() != options_.replicated.inject_nonfinite_step || rank_ != options_.replicated.inject_nonfinite_rank ||
 	    gradients_.empty())
 		return;
 	gradients_[0] = std::numeric_limits<float>::quiet_NaN();
@@ -304,7 +304,7 @@ StepStats ParameterServerStrategy::step(const Tensor& images, const Tensor& labe
 	stats.allreduce_bytes = moved_bytes();
 	loss_scaler_.update(stats.skipped);
 	micro_batches_ = 0;
-	++steps_;
+	++steps();
 	return stats;
 }
 
@@ -334,7 +334,18 @@ std::vector<NamedTensor> ParameterServerStrategy::variables()
 	if (averages_)
 		for (auto& s : averages_->state())
 			out.push_back(s);
+	out.push_back({"strategy/global_step", global_step_});
 	return out;
+}
+
+void ParameterServerStrategy::variables_restored()
+{
+	// Every owner read its share; rank 0 (always an owner) hands the loss scale and the step
+	// counter to the pure workers, and the owners send their values to every worker's model.
+	auto shared = loss_scaler_.state();
+	shared.push_back({"strategy/global_step", global_step_});
+	broadcast_named(topology_, shared, 0);
+	publish();
 }
 
 uint64_t ParameterServerStrategy::check_replicas() const

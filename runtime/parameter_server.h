@@ -39,6 +39,8 @@ public:
 	bool has_averages() const override { return averages_ != nullptr; }
 	void use_averages(bool averaged) override;
 	std::vector<NamedTensor> variables() override;
+	bool saves_variables() const override { return my_owner_index_ >= 0; }
+	void variables_restored() override;
 	uint64_t check_replicas() const override;
 	const LossScaler& loss_scaler() const override { return loss_scaler_; }
 	StrategyFacts facts() const override;
@@ -70,6 +72,7 @@ private:
 	int64_t segment_base(int owner_index) const;
 	size_t moved_bytes() const;
 
+	const Topology& topology_;
 	int rank_;
 	Device device_;
 	MPI_Comm world_;
@@ -94,7 +97,9 @@ private:
 	std::unique_ptr<VariableAverages> averages_;
 	LossScaler loss_scaler_;
 	int micro_batches_ = 0;
-	int64_t steps_ = 0;
+	// Steps taken, "strategy/global_step" (i64 [1], host) among an owner's variables.
+	Tensor global_step_ = Tensor::zeros({1}, DType::i64, Device{});
+	int64_t& steps() const { return *global_step_.data_as<int64_t>(); }
 };
 
 } // namespace tower

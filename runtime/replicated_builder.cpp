@@ -173,6 +173,7 @@ std::vector<NamedTensor> ReplicatedBuilder::variables() const
 		out.push_back(s);
 	for (auto& s : const_cast<LossScaler&>(loss_scaler_).state())
 		out.push_back(s);
+	out.push_back({"strategy/global_step", global_step_});
 	return out;
 }
 
@@ -224,7 +225,7 @@ void ReplicatedBuilder::on_gradient_ready(const Parameter& parameter)
 
 void ReplicatedBuilder::poison_if_injecting(const Parameter& parameter)
 {
-	if (poisoned_ || steps_ != options_.inject_nonfinite_step || topology_.rank() != options_.inject_nonfinite_rank)
+	if (poisoned_ || steps() != options_.inject_nonfinite_step || topology_.rank() != options_.inject_nonfinite_rank)
 		return;
 	const float nan = std::numeric_limits<float>::quiet_NaN();
 	copy_bytes(parameter.grad.data(), parameter.grad.device(), &nan, Device{}, sizeof nan);
@@ -312,7 +313,7 @@ StepStats ReplicatedBuilder::step(const Tensor& images, const Tensor& labels, fl
 	}
 	loss_scaler_.update(stats.skipped);
 	micro_batches_ = 0;
-	++steps_;
+	++steps();
 	return stats;
 }
 

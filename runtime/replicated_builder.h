@@ -77,8 +77,8 @@ public:
 	// Forward only, for evaluation; gradients and parameters are untouched.
 	ForwardResult evaluate(const Tensor& images, const Tensor& labels);
 
-	// The parameters, then the optimizer state, then the loss-scale state: what the post-init
-	// broadcast sends.
+	// The parameters, then the optimizer state, then the loss-scale state (what the post-init
+	// broadcast sends), then the step counter.
 	std::vector<NamedTensor> variables() const;
 	std::vector<NamedTensor> parameter_tensors() const;
 
@@ -124,7 +124,9 @@ private:
 	std::vector<Tensor> compressed_storage_; // per bucket, in options_.compress, when compressing
 	LossScaler loss_scaler_;
 	int micro_batches_ = 0; // accumulated since the last step
-	int64_t steps_ = 0;
+	// Steps taken, "strategy/global_step" (i64 [1], host) among the variables: a checkpoint restores it.
+	Tensor global_step_ = Tensor::zeros({1}, DType::i64, Device{});
+	int64_t& steps() const { return *global_step_.data_as<int64_t>(); }
 	bool poisoned_ = false;
 	Clock::time_point last_gradient_ready_;
 	std::vector<size_t> bucket_of_parameter_;

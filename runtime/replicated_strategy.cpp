@@ -2,6 +2,7 @@
 // the replicated-mode builder's fused all-reduce.
 #include "runtime/replicated_strategy.h"
 
+#include "collectives/broadcast_named.h"
 #include "runtime/base/error.h"
 
 namespace tower {
@@ -30,7 +31,7 @@ size_t per_element_state_bytes(Optimizer& optimizer)
 
 ReplicatedStrategy::ReplicatedStrategy(const Topology& topology, const Device& device, Model& model,
 				       const OptimizerConfig& optimizer, const StrategyOptions& options)
-	: rank_(topology.rank()), world_size_(topology.size()), model_(model),
+	: topology_(topology), rank_(topology.rank()), world_size_(topology.size()), model_(model),
 	  optimizer_(make_optimizer(optimizer, model.parameters())),
 	  builder_(std::make_unique<ReplicatedBuilder>(topology, device, model, *optimizer_, options.replicated))
 {
@@ -70,6 +71,16 @@ std::vector<NamedTensor> ReplicatedStrategy::variables()
 		for (auto& s : averages_->state())
 			out.push_back(s);
 	return out;
+}
+
+void ReplicatedStrategy::variables_restored()
+{
+	// Rank 0 read the checkpoint; every replica takes its values, device and host tensors apart.
+	std::vector<NamedTensor> device, host;
+	for (auto& v : variables())
+		(v.tensor.device().is_cuda() ? device : host).push_back(v);
+	broadcast_named(topology_, device, 0);
+	broadcast_named(topology_, host, 0);
 }
 
 StrategyFacts ReplicatedStrategy::facts() const

@@ -23,11 +23,14 @@ public:
 	bool has_averages() const override { return averages_ != nullptr; }
 	void use_averages(bool averaged) override;
 	std::vector<NamedTensor> variables() override;
+	bool saves_variables() const override { return rank_ == 0; }
+	void variables_restored() override;
 	uint64_t check_replicas() const override { return builder_->check_replicas(); }
 	const LossScaler& loss_scaler() const override { return builder_->loss_scaler(); }
 	StrategyFacts facts() const override;
 
 private:
+	const Topology& topology_;
 	int rank_, world_size_;
 	Model& model_;
 	std::unique_ptr<Optimizer> optimizer_;

@@ -72,8 +72,14 @@ public:
 	virtual void use_averages(bool averaged) = 0;
 
 	// This rank's share of the training state, by name, sharing memory: parameters, optimizer
-	// state, loss-scale state and averages. What a checkpoint saves.
+	// state, loss-scale state, averages and the step counter. What a checkpoint saves.
 	virtual std::vector<NamedTensor> variables() = 0;
+	// Whether this rank's variables() go into a checkpoint and are read back from one: rank 0's
+	// in replicated mode, each owner's in parameter-server mode.
+	virtual bool saves_variables() const = 0;
+	// Collective, after the saving ranks wrote a checkpoint's values into their variables():
+	// brings every other copy (replicas, the workers' models, the loss scale) in line.
+	virtual void variables_restored() = 0;
 
 	// Collective: the parameters' hash, equal on every rank that must hold the same model, or
 	// tower::AgreedError naming the ranks and the first tensor that differ.

@@ -1,5 +1,5 @@
 // The training loop every program shares: data order, schedule, steps through a strategy,
-// logging, metrics, evaluation and replica checks.
+// logging, metrics, evaluation, replica checks and checkpoints.
 #include "runtime/trainer.h"
 
 #include <algorithm>
@@ -106,6 +106,8 @@ public:
 private:
 	void train_step(int epoch, int64_t update_in_epoch);
 	const Batch& assemble(int epoch, int64_t micro_step);
+	void save_checkpoint();
+	void resume(int64_t* first_update);
 	void record(const StepStats& s, double took);
 	void log_window();
 	void evaluate(int epoch);
@@ -127,6 +129,11 @@ private:
 	int64_t total_steps_;
 	LrSchedule schedule_;
 	Progress progress_;
+	Checkpointer checkpointer_;
+	int64_t saved_step_ = -1, resumed_step_ = 0;
+	int64_t next_epoch_ = 0, next_update_ = 0; // where the next update starts
+	double checkpoint_s_ = 0;
+	int64_t checkpoints_ = 0;
 	int64_t step_ = 0;
 	int epoch_ = 0;
 	float lr_ = 0;
@@ -146,8 +153,13 @@ Trainer::Run::Run(const Topology& topology, const Device& device, Model& model, 
 	  sampler_(train.count, c.batch, std::max(strategy_->worker_index(), 0), strategy_->workers(), c.data_seed),
 	  assembler_(train, c.batch, device), total_steps_(planned_steps(c, sampler_.steps_per_epoch())),
 	  schedule_(make_schedule(schedule_for(c, total_steps_))),
-	  progress_(topology.rank() == 0, stdout_is_terminal())
+	  progress_(topology.rank() == 0, stdout_is_terminal()),
+	  checkpointer_(topology, c.checkpoint, *strategy_, facts_.name, [this](const std::string& line) { progress_.say(line); })
 {
+	// Rank 0 saves one replica; replica groups each hold their own.
+	if ((checkpointer_.saving() || c.checkpoint.resume) && !c.strategy.replicated.groups.empty())
+		throw AgreedError("--groups: each replica group holds its own parameters and a checkpoint saves rank 0's "
+				  "replica only; drop --groups or the checkpoint options");
 }
 
 void Trainer::Run::train_step(int epoch, int64_t update_in_epoch)
@@ -177,6 +189,48 @@ void Trainer::Run::train_step(int epoch, int64_t update_in_epoch)
 		timeline::Span check("check replicas", "wait");
 		strategy_->check_replicas();
 	}
+	const bool epoch_done = update_in_epoch + 1 == updates_per_epoch(c_, sampler_.steps_per_epoch());
+	next_epoch_ = epoch_done ? epoch + 1 : epoch;
+	next_update_ = epoch_done ? 0 : update_in_epoch + 1;
+	if (checkpointer_.due(step_))
+		save_checkpoint();
+	checkpointer_.poll();
+}
+
+void Trainer::Run::save_checkpoint()
+{
+	timeline::Span span("checkpoint", "io"); // the pause only: the files are written in the background
+	span.arg("step", step_);
+	TrainingPosition p;
+	p.step = step_;
+	p.epoch = next_epoch_;
+	p.update_in_epoch = next_update_;
+	p.samples_per_update = samples_per_step();
+	p.skipped = skipped_;
+	const double took = checkpointer_.save(p);
+	saved_step_ = step_;
+	checkpoint_s_ += took;
+	++checkpoints_;
+	window_.start += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(took));
+	progress_.say(fmt::format("checkpoint of step {}: training paused {:.1f} ms, the files are written in the background",
+				  step_, 1e3 * took));
+	metrics_.write({{"event", "checkpoint"}, {"step", step_}, {"pause_s", took},
+			{"dir", checkpoint_step_dir(c_.checkpoint.dir, step_)}});
+}
+
+void Trainer::Run::resume(int64_t* first_update)
+{
+	const auto p = checkpointer_.restore(samples_per_step());
+	if (!p)
+		return;
+	step_ = p->step;
+	epoch_ = static_cast<int>(p->epoch);
+	*first_update = p->update_in_epoch;
+	next_epoch_ = p->epoch;
+	next_update_ = p->update_in_epoch;
+	skipped_ = p->skipped;
+	saved_step_ = step_;
+	resumed_step_ = step_;
 }
 
 const Batch& Trainer::Run::assemble(int epoch, int64_t micro_step)
@@ -233,7 +287,7 @@ void Trainer::Run::log_window()
 	p.steps = total_steps_;
 	p.loss = static_cast<float>(loss);
 	p.samples_per_s = samples_per_s;
-	p.eta_s = train_s_ / static_cast<double>(step_) * static_cast<double>(total_steps_ - step_);
+	p.eta_s = train_s_ / static_cast<double>(std::max<int64_t>(step_ - resumed_step_, 1)) * static_cast<double>(total_steps_ - step_);
 	p.extra = fmt::format("lr {:.4g}  |g| {:.3g}  scale 2^{:.2f}  skipped {}  comm {:.2f} ms/step", lr_, grad_norm,
 			      strategy_->loss_scaler().log2_scale(), skipped_, allreduce_ms);
 	progress_.update(p);
@@ -287,8 +341,12 @@ void Trainer::Run::evaluate(int epoch)
 
 nlohmann::json Trainer::Run::finish()
 {
-	const uint64_t hash = strategy_->check_replicas();
-	const double samples_per_s = static_cast<double>(step_ * samples_per_step()) / std::max(train_s_, 1e-9);
+	// A dedicated server holds no whole model and reports 0: rank 0 prints the workers' hash.
+	uint64_t hash = strategy_->check_replicas();
+	TOWER_MPI(MPI_Allreduce(MPI_IN_PLACE, &hash, 1, MPI_UINT64_T, MPI_MAX, topology_.world()));
+	// Steps before a resume took no time in this run.
+	const double samples_per_s =
+		static_cast<double>((step_ - resumed_step_) * samples_per_step()) / std::max(train_s_, 1e-9);
 	peak_memory_ = std::max(peak_memory_, peak_memory_bytes(device_));
 	const auto state_bytes = static_cast<int64_t>(facts_.optimizer_state_bytes);
 	nlohmann::json summary = c_.labels;
@@ -314,6 +372,8 @@ nlohmann::json Trainer::Run::finish()
 		{"max_optimizer_state_bytes", max_over_ranks(topology_.world(), state_bytes)},
 		{"total_optimizer_state_bytes", sum_over_ranks(topology_.world(), state_bytes)},
 		{"replica_hash", fmt::format("{:016x}", hash)},
+		{"checkpoints", checkpoints_},
+		{"checkpoint_pause_s", checkpoint_s_},
 		{"test_accuracy", last_eval_.done ? nlohmann::json(last_eval_.raw.accuracy) : nlohmann::json()},
 		{"test_loss", last_eval_.done ? nlohmann::json(last_eval_.raw.loss) : nlohmann::json()},
 	});
@@ -345,14 +405,20 @@ nlohmann::json Trainer::Run::run()
 		progress_.say(facts_.layout);
 	if (facts_.details.contains("placement"))
 		metrics_.write({{"event", "placement"}, {"placement", facts_.details["placement"]}});
-	for (epoch_ = 0; epoch_ < c_.epochs && step_ < total_steps_; ++epoch_) {
+	int64_t first_update = 0;
+	resume(&first_update);
+	for (; epoch_ < c_.epochs && step_ < total_steps_; ++epoch_) {
 		const int64_t updates = updates_per_epoch(c_, sampler_.steps_per_epoch());
-		for (int64_t u = 0; u < updates && step_ < total_steps_; ++u)
+		for (int64_t u = first_update; u < updates && step_ < total_steps_; ++u)
 			train_step(epoch_, u);
+		first_update = 0;
 		const bool last = epoch_ + 1 == c_.epochs || step_ == total_steps_;
 		if (test_.count > 0 && c_.eval_every > 0 && (last || (epoch_ + 1) % c_.eval_every == 0))
 			evaluate(epoch_);
 	}
+	if (checkpointer_.saving() && saved_step_ != step_)
+		save_checkpoint();
+	checkpointer_.wait();
 	return finish();
 }
 

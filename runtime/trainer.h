@@ -1,5 +1,5 @@
 // The training loop every program shares: data order, schedule, steps through a strategy,
-// logging, metrics, evaluation and replica checks.
+// logging, metrics, evaluation, replica checks and checkpoints.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +13,7 @@
 #include "optim/schedule.h"
 #include "runtime/base/device.h"
 #include "runtime/base/topology.h"
+#include "runtime/checkpoint.h"
 #include "runtime/strategy.h"
 
 namespace tower {
@@ -31,6 +32,7 @@ struct TrainerConfig {
 	int64_t check_every = 100; // compare the replicas' hashes every this many updates; 0: at the end only
 	std::string metrics_path; // JSON lines written by rank 0; empty: none
 	std::string timeline_path; // Chrome trace of every rank (runtime/timeline.h); empty: none
+	CheckpointConfig checkpoint; // docs/checkpoints.md
 	// Written into the summary as they are, so a run's log says what ran.
 	nlohmann::json labels;
 };

@@ -1,0 +1,454 @@
+// Checkpoints of a training run: one directory per step, a file per saving rank, a manifest last.
+#include "runtime/checkpoint.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <map>
+#include <thread>
+
+#include <fmt/ranges.h>
+
+#include "runtime/base/agree.h"
+#include "runtime/base/error.h"
+#include "runtime/base/gather.h"
+#include "runtime/base/mpi_check.h"
+#include "runtime/checkpoint_file.h"
+#include "runtime/durable_file.h"
+
+namespace tower {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* manifest_name = "manifest.tck";
+
+std::string rank_file_name(int rank)
+{
+	return fmt::format("rank-{:05d}.tck", rank);
+}
+
+// The step of a directory called "step-<digits>", or -1.
+int64_t step_of(const fs::path& p)
+{
+	const std::string name = p.filename().string();
+	if (name.size() <= 5 || name.rfind("step-", 0) != 0)
+		return -1;
+	const std::string digits = name.substr(5);
+	if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }) || digits.size() > 18)
+		return -1;
+	return std::stoll(digits);
+}
+
+// Step directories in `dir`, newest first; an absent directory has none.
+std::vector<std::pair<int64_t, fs::path>> step_dirs(const std::string& dir)
+{
+	std::vector<std::pair<int64_t, fs::path>> out;
+	std::error_code ec;
+	for (const auto& e : fs::directory_iterator(dir, ec))
+		if (e.is_directory() && step_of(e.path()) >= 0)
+			out.emplace_back(step_of(e.path()), e.path());
+	std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+	return out;
+}
+
+void broadcast_string(MPI_Comm comm, std::string& text, int root)
+{
+	auto length = static_cast<int64_t>(text.size());
+	TOWER_MPI(MPI_Bcast(&length, 1, MPI_INT64_T, root, comm));
+	text.resize(static_cast<size_t>(length));
+	TOWER_MPI(MPI_Bcast(text.data(), static_cast<int>(length), MPI_CHAR, root, comm));
+}
+
+nlohmann::json position_json(const TrainingPosition& p)
+{
+	return {{"step", p.step},
+		{"epoch", p.epoch},
+		{"update_in_epoch", p.update_in_epoch},
+		{"samples_per_update", p.samples_per_update},
+		{"skipped", p.skipped}};
+}
+
+TrainingPosition position_from(const nlohmann::json& j)
+{
+	TrainingPosition p;
+	p.step = j.at("step").get<int64_t>();
+	p.epoch = j.at("epoch").get<int64_t>();
+	p.update_in_epoch = j.at("update_in_epoch").get<int64_t>();
+	p.samples_per_update = j.at("samples_per_update").get<int64_t>();
+	p.skipped = j.at("skipped").get<int64_t>();
+	return p;
+}
+
+// Runs `fn` and turns any tower::Error or filesystem error into a problem string for agree().
+template <typename Fn> std::string problem_of(Fn fn)
+{
+	try {
+		fn();
+	} catch (const Error& e) {
+		return e.what();
+	} catch (const fs::filesystem_error& e) {
+		return e.what();
+	} catch (const nlohmann::json::exception& e) {
+		return e.what();
+	}
+	return {};
+}
+
+} // namespace
+
+std::vector<std::string> identity_differences(const nlohmann::json& saved, const nlohmann::json& now)
+{
+	std::vector<std::string> out;
+	auto value = [](const nlohmann::json& j, const std::string& key) {
+		return j.contains(key) ? j.at(key).dump() : std::string("(absent)");
+	};
+	std::map<std::string, bool> keys;
+	for (const auto& [k, v] : saved.items())
+		keys[k] = true;
+	for (const auto& [k, v] : now.items())
+		keys[k] = true;
+	for (const auto& [k, present] : keys)
+		if (!saved.contains(k) || !now.contains(k) || saved.at(k) != now.at(k))
+			out.push_back(fmt::format("{}: {} in the checkpoint, {} now", k, value(saved, k), value(now, k)));
+	return out;
+}
+
+std::string checkpoint_step_dir(const std::string& dir, int64_t step)
+{
+	return (fs::path(dir) / fmt::format("step-{:010d}", step)).string();
+}
+
+nlohmann::json verify_checkpoint(const std::string& step_dir)
+{
+	const std::string manifest_path = (fs::path(step_dir) / manifest_name).string();
+	if (!fs::exists(manifest_path))
+		throw CheckpointError(fmt::format("{}: no manifest: the checkpoint was not finished", step_dir));
+	nlohmann::json manifest = read_checkpoint_file(manifest_path).metadata();
+	if (manifest.value("kind", "") != "manifest")
+		throw CheckpointError(fmt::format("{}: not a manifest", manifest_path));
+	for (const auto& f : manifest.at("files")) {
+		const std::string path = (fs::path(step_dir) / f.at("file").get<std::string>()).string();
+		const CheckpointFile file = read_checkpoint_file(path);
+		if (file.header().file_bytes != f.at("bytes").get<uint64_t>() ||
+		    file.metadata().value("step", int64_t{-1}) != manifest.at("step").get<int64_t>())
+			throw CheckpointError(fmt::format("{}: not the file the manifest lists (size or step differ)", path));
+	}
+	return manifest;
+}
+
+Checkpointer::Checkpointer(const Topology& topology, const CheckpointConfig& config, Strategy& strategy,
+			   std::string strategy_name, std::function<void(const std::string&)> say)
+	: topology_(topology), config_(config), strategy_(strategy), strategy_name_(std::move(strategy_name)),
+	  say_(std::move(say)), comm_(duplicate_comm(topology.world()))
+{
+	if (config_.keep < 1)
+		throw AgreedError(fmt::format("--keep-checkpoints {}: keep at least 1", config_.keep));
+	if (config_.every < 0)
+		throw AgreedError(fmt::format("--checkpoint-every {}: give a number of steps, or 0 for the end only",
+					      config_.every));
+	if (config_.resume && config_.dir.empty() && config_.resume_path.empty())
+		throw AgreedError("--resume needs --checkpoint-dir DIR (or --resume PATH): where are the checkpoints?");
+}
+
+// Every blocking wait of the checkpointer (thread joins, the completion vote) goes through
+// here, so a stall watchdog can watch them all with one edit.
+template <typename Fn> void blocking_wait(Fn wait)
+{
+	wait();
+}
+
+struct Checkpointer::Pending {
+	TrainingPosition position;
+	std::string step_dir;
+	std::chrono::steady_clock::time_point start;
+	std::thread writer;               // this rank's file, on a saving rank
+	std::atomic<bool> written{false}; // the writer is done (problem is set)
+	std::string problem;
+	int failed = 0;                   // this rank's vote, then the largest over the ranks
+	MPI_Request vote = MPI_REQUEST_NULL;
+	bool voting = false, voted = false;
+	std::thread manifest;             // rank 0, once every rank's file is durable
+	std::atomic<bool> manifest_done{false};
+	std::string manifest_problem;
+	bool announced = false;
+};
+
+Checkpointer::~Checkpointer()
+{
+	if (!pending_)
+		return;
+	if (pending_->writer.joinable())
+		pending_->writer.join();
+	if (pending_->manifest.joinable())
+		pending_->manifest.join();
+}
+
+double Checkpointer::save(const TrainingPosition& position)
+{
+	// The pause counts the wait for a previous checkpoint still being written.
+	const auto start = std::chrono::steady_clock::now();
+	wait();
+	const int rank = topology_.rank();
+	auto p = std::make_unique<Pending>();
+	p->position = position;
+	p->step_dir = checkpoint_step_dir(config_.dir, position.step);
+	p->start = start;
+	std::string problem;
+	if (rank == 0)
+		problem = problem_of([&] {
+			fs::create_directories(config_.dir);
+			// An older checkpoint of this step loses its manifest first, so it is never half valid.
+			fs::remove(fs::path(p->step_dir) / manifest_name);
+			fs::remove_all(p->step_dir);
+			fs::create_directory(p->step_dir);
+		});
+	agree(topology_.world(), problem);
+
+	if (strategy_.saves_variables()) {
+		// A host copy is all training waits for; the checksums and the file are made beside the
+		// next steps.
+		std::vector<NamedTensor> copies;
+		for (const auto& v : strategy_.variables()) {
+			copies.push_back({v.name, Tensor::empty(v.tensor.shape(), v.tensor.dtype(), Device{})});
+			copies.back().tensor.copy_from(v.tensor);
+		}
+		const nlohmann::json metadata = {{"kind", "variables"}, {"rank", rank}, {"step", position.step}};
+		const std::string path = (fs::path(p->step_dir) / rank_file_name(rank)).string();
+		Pending* raw = p.get();
+		p->writer = std::thread([raw, copies = std::move(copies), metadata, path] {
+			raw->problem = problem_of([&] { write_file_durably(path, serialize_checkpoint(metadata, copies)); });
+			raw->written = true;
+		});
+	} else {
+		p->written = true;
+	}
+	pending_ = std::move(p);
+	const double pause = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+	poll();
+	return pause;
+}
+
+void Checkpointer::start_agreement()
+{
+	Pending& p = *pending_;
+	blocking_wait([&] {
+		if (p.writer.joinable())
+			p.writer.join();
+	});
+	if (!p.problem.empty())
+		fmt::print(stderr, "[rank {}] error: checkpoint of step {}: {}\n", topology_.rank(), p.position.step, p.problem);
+	p.failed = p.problem.empty() ? 0 : 1;
+	TOWER_MPI(MPI_Iallreduce(MPI_IN_PLACE, &p.failed, 1, MPI_INT, MPI_MAX, comm_.get(), &p.vote));
+	p.voting = true;
+}
+
+void Checkpointer::poll()
+{
+	if (!pending_)
+		return;
+	Pending& p = *pending_;
+	if (!p.voting && p.written)
+		start_agreement();
+	if (p.voting && !p.voted) {
+		int done = 0;
+		TOWER_MPI(MPI_Test(&p.vote, &done, MPI_STATUS_IGNORE));
+		if (done) {
+			p.voted = true;
+			if (topology_.rank() == 0 && p.failed == 0)
+				p.manifest = std::thread([this, &p] {
+					p.manifest_problem = problem_of([&] { write_manifest(p); });
+					p.manifest_done = true;
+				});
+		}
+	}
+	if (p.manifest_done && !p.announced) {
+		p.announced = true;
+		if (p.manifest_problem.empty())
+			say_(fmt::format("checkpoint of step {} complete ({:.0f} ms after it began)", p.position.step,
+					 1e3 * std::chrono::duration<double>(std::chrono::steady_clock::now() - p.start).count()));
+	}
+}
+
+void Checkpointer::wait()
+{
+	if (!pending_)
+		return;
+	Pending& p = *pending_;
+	if (!p.voting)
+		start_agreement();
+	if (!p.voted) {
+		blocking_wait([&] { TOWER_MPI(MPI_Wait(&p.vote, MPI_STATUS_IGNORE)); });
+		p.voted = true;
+		if (topology_.rank() == 0 && p.failed == 0) {
+			p.manifest_problem = problem_of([&] { write_manifest(p); });
+			p.manifest_done = true;
+		}
+	}
+	blocking_wait([&] {
+		if (p.manifest.joinable())
+			p.manifest.join();
+	});
+	poll(); // announces completion
+	const int failed = p.failed;
+	const int64_t step = p.position.step;
+	const std::string problem = p.manifest_problem;
+	pending_.reset();
+	if (failed)
+		throw AgreedError(fmt::format("checkpoint of step {}: a rank could not write its file (its error is printed "
+					      "above); the previous checkpoint stays the latest valid one",
+					      step));
+	agree(topology_.world(), problem);
+}
+
+void Checkpointer::write_manifest(const Pending& p) const
+{
+	// Every rank's file is durable (the vote said so): list them, then the manifest makes the
+	// checkpoint valid.
+	nlohmann::json files = nlohmann::json::array();
+	std::vector<fs::path> found;
+	for (const auto& e : fs::directory_iterator(p.step_dir))
+		if (e.path().extension() == ".tck" && e.path().filename().string().rfind("rank-", 0) == 0)
+			found.push_back(e.path());
+	std::sort(found.begin(), found.end());
+	for (const auto& f : found)
+		files.push_back({{"rank", std::stoi(f.filename().string().substr(5, 5))},
+				 {"file", f.filename().string()},
+				 {"bytes", fs::file_size(f)}});
+	const nlohmann::json manifest = {{"kind", "manifest"},
+					 {"step", p.position.step},
+					 {"world_size", topology_.size()},
+					 {"strategy", strategy_name_},
+					 {"identity", config_.identity},
+					 {"position", position_json(p.position)},
+					 {"files", files}};
+	write_file_durably((fs::path(p.step_dir) / manifest_name).string(), serialize_checkpoint(manifest, {}));
+	sync_directory(config_.dir);
+	prune(p.position.step);
+}
+
+void Checkpointer::prune(int64_t just_written) const
+{
+	int complete = 0;
+	for (const auto& [step, path] : step_dirs(config_.dir)) {
+		const bool finished = fs::exists(path / manifest_name);
+		// Later steps belong to a run this one resumed from an older checkpoint: superseded.
+		if (step > just_written || (finished && ++complete > config_.keep) || (!finished && step < just_written)) {
+			fs::remove(path / manifest_name);
+			fs::remove_all(path);
+		}
+	}
+}
+
+std::vector<std::string> Checkpointer::candidates() const
+{
+	const std::string where = config_.resume_path.empty() ? config_.dir : config_.resume_path;
+	if (fs::exists(fs::path(where) / manifest_name) || step_of(where) >= 0)
+		return {where};
+	std::vector<std::string> out;
+	for (const auto& [step, path] : step_dirs(where))
+		out.push_back(path.string());
+	return out;
+}
+
+std::string Checkpointer::choose(std::string* manifest_text) const
+{
+	const std::string where = config_.resume_path.empty() ? config_.dir : config_.resume_path;
+	const auto list = candidates();
+	if (list.empty())
+		throw Error(fmt::format("--resume: no checkpoint in {}", where));
+	for (size_t i = 0; i < list.size(); ++i) {
+		try {
+			*manifest_text = verify_checkpoint(list[i]).dump();
+			return list[i];
+		} catch (const CheckpointError& e) {
+			say_(fmt::format("warning: checkpoint {} is not valid: {}; {}", list[i], e.what(),
+					 i + 1 < list.size() ? "trying the previous one" : "no older one is left"));
+		}
+	}
+	throw Error(fmt::format("--resume: none of the {} checkpoint(s) in {} is valid (see the warnings above)",
+				list.size(), where));
+}
+
+void Checkpointer::load_variables(const std::string& step_dir)
+{
+	// At another world size only replicated state resumes, and rank 0 holds all of it.
+	const int rank = topology_.rank();
+	const std::string path = (fs::path(step_dir) / rank_file_name(rank)).string();
+	const CheckpointFile file = read_checkpoint_file(path);
+	std::vector<std::string> wrong;
+	size_t matched = 0;
+	for (auto& v : strategy_.variables()) {
+		const CheckpointEntry* e = file.find(v.name);
+		if (e == nullptr) {
+			wrong.push_back(fmt::format("'{}' is missing", v.name));
+			continue;
+		}
+		if (e->dtype != v.tensor.dtype() || e->shape != v.tensor.shape()) {
+			wrong.push_back(fmt::format("'{}' is {} {} in the file but {} {} here", v.name, dtype_name(e->dtype),
+						    shape_text(e->shape), dtype_name(v.tensor.dtype()),
+						    shape_text(v.tensor.shape())));
+			continue;
+		}
+		v.tensor.copy_from(file.tensor(*e));
+		++matched;
+	}
+	if (matched != file.header().entries.size() && wrong.empty())
+		wrong.push_back(fmt::format("it holds {} tensors but this rank has {} to restore",
+					    file.header().entries.size(), matched));
+	if (!wrong.empty())
+		throw Error(fmt::format("{} does not fit this run's variables: {}", path, fmt::join(wrong, "; ")));
+}
+
+std::optional<TrainingPosition> Checkpointer::restore(int64_t samples_per_update)
+{
+	if (!config_.resume)
+		return std::nullopt;
+	const MPI_Comm world = topology_.world();
+	std::string step_dir, manifest_text, problem;
+	if (topology_.rank() == 0)
+		problem = problem_of([&] { step_dir = choose(&manifest_text); });
+	agree(world, problem);
+	broadcast_string(world, step_dir, 0);
+	broadcast_string(world, manifest_text, 0);
+	const nlohmann::json manifest = nlohmann::json::parse(manifest_text);
+
+	const auto differences = identity_differences(manifest.at("identity"), config_.identity);
+	if (!differences.empty())
+		throw AgreedError(fmt::format("--resume {}: the options differ from the checkpoint's ({}); run with the "
+					      "checkpoint's options (only those listed in docs/checkpoints.md may change)",
+					      step_dir, fmt::join(differences, "; ")));
+	if (manifest.at("strategy").get<std::string>() != strategy_name_)
+		throw AgreedError(fmt::format("--resume {}: written by the {} strategy, this run uses {}", step_dir,
+					      manifest.at("strategy").get<std::string>(), strategy_name_));
+	const int saved_world = manifest.at("world_size").get<int>();
+	if (saved_world != topology_.size()) {
+		if (strategy_name_ != "replicated")
+			throw AgreedError(fmt::format("--resume {}: written by {} ranks, this job has {}; the {} strategy "
+						      "splits its state by rank and resumes at the same world size only "
+						      "(replicated state can resume at another)",
+						      step_dir, saved_world, topology_.size(), strategy_name_));
+		say_(fmt::format("resuming {} ranks' checkpoint on {} ranks: the replicated state carries over, the "
+				 "data order from here on differs from a run at {} ranks",
+				 saved_world, topology_.size(), saved_world));
+	}
+	problem.clear();
+	if (strategy_.saves_variables())
+		problem = problem_of([&] { load_variables(step_dir); });
+	agree(world, problem);
+	strategy_.variables_restored();
+
+	TrainingPosition p = position_from(manifest.at("position"));
+	if (p.samples_per_update != samples_per_update) {
+		// Keep the samples of the epoch already seen: continue at the update that covers them.
+		p.update_in_epoch = p.update_in_epoch * p.samples_per_update / samples_per_update;
+		p.samples_per_update = samples_per_update;
+	}
+	say_(fmt::format("resumed from {} at step {} (epoch {}, update {} of it)", step_dir, p.step, p.epoch + 1,
+			 p.update_in_epoch));
+	return p;
+}
+
+} // namespace tower

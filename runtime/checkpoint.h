@@ -1,0 +1,101 @@
+// Checkpoints of a training run: one directory per step, a file per saving rank, a manifest last.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "runtime/base/topology.h"
+#include "runtime/strategy.h"
+
+namespace tower {
+
+struct CheckpointConfig {
+	std::string dir;         // where step directories are written; empty: no checkpoints
+	int64_t every = 0;       // a checkpoint every this many steps (and one at the end); 0: at the end only
+	int keep = 3;            // complete checkpoints kept in dir
+	bool resume = false;     // start from a checkpoint: resume_path, else the latest valid one in dir
+	std::string resume_path; // a step directory, or a directory of them
+	// What must agree for a run to resume another: its options less those allowed to change
+	// (the command line builds it: cli/train_identity.cpp). Compared key by key on resume.
+	nlohmann::json identity = nlohmann::json::object();
+};
+
+// Where the trainer stands: enough to continue with the next step exactly.
+struct TrainingPosition {
+	int64_t step = 0;            // updates done
+	int64_t epoch = 0;           // 0-based epoch of the next update
+	int64_t update_in_epoch = 0; // updates of that epoch done
+	int64_t samples_per_update = 0;
+	int64_t skipped = 0;         // skipped updates so far
+};
+
+// The keys whose values differ between a saved identity and the current one, as
+// "key: SAVED in the checkpoint, NOW now" lines (keys missing on one side included).
+std::vector<std::string> identity_differences(const nlohmann::json& saved, const nlohmann::json& now);
+
+// "DIR/step-0000000200" for step 200.
+std::string checkpoint_step_dir(const std::string& dir, int64_t step);
+
+// Checks one checkpoint (a step directory) completely: its manifest and every file it lists,
+// CRCs included. Returns the manifest's metadata; throws CheckpointError saying which file is
+// wrong and how.
+nlohmann::json verify_checkpoint(const std::string& step_dir);
+
+class Checkpointer {
+public:
+	// `strategy` and `topology` must outlive it. `say` prints a line on rank 0.
+	Checkpointer(const Topology& topology, const CheckpointConfig& config, Strategy& strategy, std::string strategy_name,
+		     std::function<void(const std::string&)> say);
+	// Waits for a checkpoint still being written (not collective: it completes this rank's part).
+	~Checkpointer();
+	Checkpointer(const Checkpointer&) = delete;
+	Checkpointer& operator=(const Checkpointer&) = delete;
+
+	bool saving() const { return !config_.dir.empty(); }
+	bool due(int64_t step) const { return saving() && config_.every > 0 && step % config_.every == 0; }
+
+	// Collective: starts the checkpoint of `position.step`. Training pauses only while the saving
+	// ranks copy their variables and the step directory is made; a thread per saving rank writes
+	// the file, and once every rank's file is durable rank 0 writes the manifest (poll() and
+	// wait() see to that). Finishes the previous checkpoint first. Returns the seconds training
+	// paused, that wait included.
+	double save(const TrainingPosition& position);
+	// Not collective, cheap: moves a checkpoint in progress along (call it every step).
+	void poll();
+	// Collective: finishes the checkpoint in progress, if any; tower::AgreedError when a rank
+	// failed to write its part.
+	void wait();
+
+	// Collective, when the config asks to resume: loads the latest valid checkpoint into the
+	// strategy (a corrupt one gives a warning naming the file and the previous one is tried) and
+	// returns where to continue. Throws tower::AgreedError on every rank when no checkpoint is
+	// valid, when options differ, or when the world size differs for a strategy that cannot
+	// change it. nullopt when not resuming.
+	std::optional<TrainingPosition> restore(int64_t samples_per_update);
+
+private:
+	struct Pending;
+
+	std::vector<std::string> candidates() const;
+	std::string choose(std::string* manifest_text) const;
+	void load_variables(const std::string& step_dir);
+	void start_agreement();
+	void write_manifest(const Pending& p) const;
+	void prune(int64_t just_written) const;
+
+	const Topology& topology_;
+	CheckpointConfig config_;
+	Strategy& strategy_;
+	std::string strategy_name_;
+	std::function<void(const std::string&)> say_;
+	CommHandle comm_; // private: the completion vote of a checkpoint runs on it in the background
+	std::unique_ptr<Pending> pending_;
+};
+
+} // namespace tower
