@@ -41,6 +41,9 @@ struct TrainConfig {
 	std::string strategy = "replicated";
 	int ps_ranks = 0;
 	std::optional<double> ema_decay;
+	std::optional<int> replicas_to_aggregate; // sync-replicas; unset: one per worker
+	std::optional<bool> async_scale;          // async; unset: true
+	std::string inject_delay;                 // "RANK:MS"
 	// Replicated-only options given on the command line, so another strategy can refuse them.
 	std::vector<std::string> replicated_only_given;
 };
