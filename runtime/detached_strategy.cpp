@@ -109,9 +109,12 @@ DetachedStrategy::DetachedStrategy(const Topology& topology, const Device& devic
 			shares.push_back({p.name, p.value});
 		averages_ = std::make_unique<VariableAverages>(*options_.ema_decay, shares);
 	}
-	if (is_worker())
+	if (is_worker()) {
 		for (const Segment& s : segments_)
 			pushes_.emplace_back(sizeof(PushHeader) / sizeof(int64_t) + static_cast<size_t>(s.count + 1) / 2);
+		if (my_owner_ >= 0)
+			own_fetched_.assign(static_cast<size_t>(segments_[static_cast<size_t>(my_owner_)].count), 0.0f);
+	}
 	publish();
 }
 
@@ -164,7 +167,7 @@ void DetachedStrategy::ask(size_t owner, int tag, const int64_t* min_step, Reply
 	// Both receives are posted before the request leaves, so the owner's sends never wait for us.
 	const Segment& s = segments_[owner];
 	TOWER_MPI(MPI_Irecv(head, sizeof *head, MPI_BYTE, s.rank, tag_reply_head, replies_.get(), &requests[0]));
-	TOWER_MPI(MPI_Irecv(values_.data() + s.offset, static_cast<int>(s.count), MPI_FLOAT, s.rank, tag_reply_values,
+	TOWER_MPI(MPI_Irecv(fetched(owner), static_cast<int>(s.count), MPI_FLOAT, s.rank, tag_reply_values,
 			    replies_.get(), &requests[1]));
 	TOWER_MPI(MPI_Isend(min_step, 1, MPI_INT64_T, s.rank, tag, requests_.get(), &requests[2]));
 }
@@ -191,6 +194,7 @@ bool DetachedStrategy::fetch(std::vector<int64_t>* tags)
 		wait_with_backoff(r, "worker: waiting for an owner's values");
 	for (size_t o = 1; o < segments_.size(); ++o)
 		(*tags)[o] = heads[o].step;
+	last_tags_ = *tags;
 	to_model();
 	return true;
 }
@@ -327,16 +331,25 @@ void DetachedStrategy::publish()
 			TOWER_MPI(MPI_Bcast(values_.data() + s.offset + at, static_cast<int>(std::min(most, s.count - at)),
 					    MPI_FLOAT, s.rank, world_));
 	}
-	if (is_worker())
+	if (is_worker()) {
+		// The owners are done: the master copy is final and nobody else writes it now.
+		if (my_owner_ >= 0)
+			std::copy_n(values_.data() + segments_[static_cast<size_t>(my_owner_)].offset, own_fetched_.size(),
+				    own_fetched_.data());
 		to_model();
+	}
+}
+
+float* DetachedStrategy::fetched(size_t owner)
+{
+	return static_cast<int>(owner) == my_owner_ ? own_fetched_.data() : values_.data() + segments_[owner].offset;
 }
 
 void DetachedStrategy::to_model()
 {
 	for (const VariableSlice& s : placement_.slices)
-		model_slice(s, false).copy_from(Tensor::view(
-			values_.data() + segments_[static_cast<size_t>(s.owner)].offset + s.segment_offset, {s.count},
-			DType::f32, Device{}));
+		model_slice(s, false).copy_from(Tensor::view(fetched(static_cast<size_t>(s.owner)) + s.segment_offset,
+							     {s.count}, DType::f32, Device{}));
 }
 
 ForwardResult DetachedStrategy::evaluate(const Tensor& images, const Tensor& labels)

@@ -66,6 +66,8 @@ public:
 	const UpdateRule& rule() const { return *rule_; }
 	// The global step of this worker's last token: the update its last gradient was computed at.
 	int64_t last_token_step() const { return last_token_step_; }
+	// Per owner, the update of the values this worker's last gradient was computed on.
+	const std::vector<int64_t>& last_tags() const { return last_tags_; }
 
 private:
 	struct Segment {
@@ -78,6 +80,8 @@ private:
 	void say_goodbye();
 	void publish();
 	void to_model();
+	// Where a worker keeps its fetched copy of an owner's values.
+	float* fetched(size_t owner);
 	Tensor model_slice(const VariableSlice& s, bool gradient) const;
 
 	int rank_;
@@ -93,6 +97,9 @@ private:
 	std::vector<Segment> segments_;
 	CommHandle requests_, replies_, worker_comm_;
 	std::vector<float> values_; // owner-major on every rank; an owner's own segment is the master copy
+	// A worker that is also an owner fetches its own owner's values here, never into the master
+	// copy: its owner thread keeps applying other workers' gradients to the master meanwhile.
+	std::vector<float> own_fetched_;
 	std::vector<std::vector<int64_t>> pushes_; // per owner: PushHeader then the gradient slice
 	std::vector<Parameter> owned_;
 	std::unique_ptr<Optimizer> optimizer_;
@@ -104,6 +111,7 @@ private:
 	bool started_ = false, stopped_ = false;
 	int64_t micro_batches_ = 0;
 	int64_t last_token_step_ = -1;
+	std::vector<int64_t> last_tags_;
 };
 
 // Collective: the factories of the two detached strategies (runtime/async_strategy.cpp and

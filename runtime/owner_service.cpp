@@ -113,6 +113,7 @@ void OwnerService::answer_token(int source)
 	book.given_this_step = given_this_step_;
 	book.given_total = given_total_;
 	book.taken_by_worker = taken_[w];
+	book.worker = static_cast<int>(w);
 	switch (s_.rule->token(book)) {
 	case TokenAnswer::grant:
 		++given_this_step_;

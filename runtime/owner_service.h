@@ -52,6 +52,7 @@ struct TokenBook {
 	int64_t given_this_step = 0;   // tokens handed out since the last update
 	int64_t given_total = 0;       // tokens handed out in the whole run
 	int64_t taken_by_worker = 0;   // tokens this worker took since the last update
+	int worker = 0;                // the asking worker's index
 };
 
 // What distinguishes async training from sync-replicas on an owner.
