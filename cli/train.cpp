@@ -92,12 +92,19 @@ void add_precision_options(CLI::App& app, TrainConfig& c)
 
 void add_strategy_options(CLI::App& app, TrainConfig& c)
 {
-	app.add_option("--strategy", c.strategy, "How the ranks train together: replicated or parameter-server")
+	app.add_option("--strategy", c.strategy,
+		       "How the ranks train together: replicated, parameter-server, async or sync-replicas")
 		->check(CLI::IsMember(strategy_names()));
 	app.add_option("--ps-ranks", c.ps_ranks,
 		       "parameter-server: 0 places the variables on every rank; K > 0 makes ranks 0..K-1 servers only");
 	app.add_option("--ema-decay", c.ema_decay,
 		       "Keep moving averages of the variables with this decay in [0, 1) and evaluate them too");
+	app.add_option("--replicas-to-aggregate", c.replicas_to_aggregate,
+		       "sync-replicas: gradients averaged per update (default: one per worker; fewer leaves backup workers)");
+	app.add_option("--async-scale", c.async_scale,
+		       "async: scale each gradient by 1/workers (true, the default) or apply it as it is (false)");
+	app.add_option("--inject-delay", c.inject_delay,
+		       "RANK:MS: that rank sleeps MS milliseconds in every step before it sends its gradient (tests, demos)");
 }
 
 // The options that configure the replicated strategy's all-reduce; other strategies refuse them.

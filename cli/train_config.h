@@ -49,6 +49,9 @@ struct TrainConfig {
 	int keep_checkpoints = 3;
 	bool resume = false;
 	std::string resume_path; // empty with resume: the latest valid checkpoint in checkpoint_dir
+	std::optional<int> replicas_to_aggregate; // sync-replicas; unset: one per worker
+	std::optional<bool> async_scale;          // async; unset: true
+	std::string inject_delay;                 // "RANK:MS"
 	// Replicated-only options given on the command line, so another strategy can refuse them.
 	std::vector<std::string> replicated_only_given;
 };

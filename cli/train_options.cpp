@@ -66,6 +66,57 @@ void parse_injection(const std::string& text, int world_size, ReplicatedOptions*
 	o->inject_nonfinite_rank = static_cast<int>(rank);
 }
 
+// "RANK:MS": a straggler for tests, demos and benchmarks.
+void parse_delay(const std::string& text, int world_size, StrategyOptions* o)
+{
+	const auto colon = text.find(':');
+	long long rank = -1;
+	double ms = -1;
+	bool ok = colon != std::string::npos;
+	try {
+		size_t used = 0;
+		if (ok) {
+			rank = std::stoll(text.substr(0, colon), &used);
+			ok = used == colon;
+		}
+		if (ok) {
+			const std::string m = text.substr(colon + 1);
+			ms = std::stod(m, &used);
+			ok = used == m.size();
+		}
+	} catch (const std::exception&) {
+		ok = false;
+	}
+	if (!ok || !(ms >= 0) || ms > 3.6e6)
+		throw AgreedError(fmt::format("--inject-delay '{}': write RANK:MS, e.g. 2:40 for rank 2 sleeping 40 ms per "
+					      "step, with MS from 0 to 3600000", text));
+	if (rank < 0 || rank >= world_size)
+		throw AgreedError(fmt::format("--inject-delay '{}': rank {} is outside this job's ranks 0..{}", text, rank,
+					      world_size - 1));
+	o->inject_delay_rank = static_cast<int>(rank);
+	o->inject_delay_ms = ms;
+}
+
+void detached_options(const TrainConfig& c, int world_size, StrategyOptions* o)
+{
+	if (c.replicas_to_aggregate) {
+		if (c.strategy != "sync-replicas")
+			throw AgreedError(fmt::format("--replicas-to-aggregate belongs to --strategy sync-replicas, not {}; "
+						      "drop it", c.strategy));
+		if (*c.replicas_to_aggregate < 1)
+			throw AgreedError(fmt::format("--replicas-to-aggregate {}: an update averages at least 1 gradient; "
+						      "give N >= 1 (default: one per worker)", *c.replicas_to_aggregate));
+		o->replicas_to_aggregate = *c.replicas_to_aggregate;
+	}
+	if (c.async_scale) {
+		if (c.strategy != "async")
+			throw AgreedError(fmt::format("--async-scale belongs to --strategy async, not {}; drop it", c.strategy));
+		o->async_scale = *c.async_scale;
+	}
+	if (!c.inject_delay.empty())
+		parse_delay(c.inject_delay, world_size, o);
+}
+
 ReplicatedOptions replicated_options(const TrainConfig& c, int world_size, const Device& device)
 {
 	ReplicatedOptions o;
@@ -108,6 +159,7 @@ TrainerConfig trainer_config(const TrainConfig& c, int world_size, const Device&
 	t.strategy.replicated = replicated_options(c, world_size, device);
 	t.strategy.ps_ranks = c.ps_ranks;
 	t.strategy.ema_decay = c.ema_decay;
+	detached_options(c, world_size, &t.strategy);
 	t.epochs = c.epochs;
 	t.batch = c.batch;
 	t.accumulate = c.accumulate;

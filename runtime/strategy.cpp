@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include "runtime/base/error.h"
+#include "runtime/detached_strategy.h"
 #include "runtime/parameter_server.h"
 #include "runtime/replicated_strategy.h"
 #include "runtime/variable_averages.h"
@@ -12,7 +13,7 @@ namespace tower {
 
 std::vector<std::string> strategy_names()
 {
-	return {"replicated", "parameter-server"};
+	return {"replicated", "parameter-server", "async", "sync-replicas"};
 }
 
 std::unique_ptr<Strategy> make_strategy(const Topology& topology, const Device& device, Model& model,
@@ -26,8 +27,15 @@ std::unique_ptr<Strategy> make_strategy(const Topology& topology, const Device& 
 						      "add --strategy parameter-server or drop --ps-ranks", options.ps_ranks));
 		return std::make_unique<ReplicatedStrategy>(topology, device, model, optimizer, options);
 	}
+	if (options.name != "sync-replicas" && options.replicas_to_aggregate != 0)
+		throw AgreedError(fmt::format("--replicas-to-aggregate {}: belongs to --strategy sync-replicas; drop it",
+					      options.replicas_to_aggregate));
 	if (options.name == "parameter-server")
 		return std::make_unique<ParameterServerStrategy>(topology, device, model, optimizer, options);
+	if (options.name == "async")
+		return make_async_strategy(topology, device, model, optimizer, options);
+	if (options.name == "sync-replicas")
+		return make_sync_replicas_strategy(topology, device, model, optimizer, options);
 	throw AgreedError(fmt::format("--strategy {}: unknown; the strategies are {}", options.name,
 				      fmt::join(strategy_names(), ", ")));
 }

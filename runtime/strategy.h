@@ -19,7 +19,7 @@
 namespace tower {
 
 struct StrategyOptions {
-	std::string name = "replicated"; // replicated | parameter-server
+	std::string name = "replicated"; // replicated | parameter-server | async | sync-replicas
 	// Reduction, compression, loss scaling and fault injection apply to every strategy; the
 	// all-reduce mode, fusion, overlap, subgroups and the node-sharded update to replicated only.
 	ReplicatedOptions replicated;
@@ -28,6 +28,14 @@ struct StrategyOptions {
 	int ps_ranks = 0;
 	// Moving averages of the variables after each applied update (every strategy); none when unset.
 	std::optional<double> ema_decay;
+	// sync-replicas: gradients averaged into one update; 0 means one per worker.
+	int replicas_to_aggregate = 0;
+	// async: scale every gradient by 1/workers, the mean a synchronous step would take.
+	bool async_scale = true;
+	// Straggler injection (tests, demos, benchmarks): this rank sleeps inject_delay_ms in every
+	// step before it sends its gradient; -1: no rank.
+	int inject_delay_rank = -1;
+	double inject_delay_ms = 0;
 };
 
 // The names make_strategy knows, for help texts and errors.

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <thread>
 
 #include "models/data/batch_assembler.h"
 #include "models/data/sampler.h"
@@ -13,6 +14,7 @@
 #include "runtime/base/error.h"
 #include "runtime/base/memory.h"
 #include "runtime/base/mpi_check.h"
+#include "runtime/detached_strategy.h"
 #include "runtime/evaluate.h"
 #include "runtime/metrics_log.h"
 #include "runtime/progress.h"
@@ -108,6 +110,10 @@ private:
 	const Batch& assemble(int epoch, int64_t micro_step);
 	void save_checkpoint();
 	void resume(int64_t* first_update);
+	// Async and sync-replicas: workers step on their own until the chief's last token; the
+	// owners log the windows; evaluation and the summary follow at the end.
+	nlohmann::json run_detached(DetachedStrategy& detached);
+	void log_detached_window(const nlohmann::json& window);
 	void record(const StepStats& s, double took);
 	void log_window();
 	void evaluate(int epoch);
@@ -142,6 +148,7 @@ private:
 	int64_t skipped_ = 0;
 	size_t peak_memory_ = 0;
 	Evaluation last_eval_;
+	nlohmann::json detached_totals_; // async and sync-replicas: the chief's counters
 };
 
 Trainer::Run::Run(const Topology& topology, const Device& device, Model& model, const Dataset& train,
@@ -160,6 +167,11 @@ Trainer::Run::Run(const Topology& topology, const Device& device, Model& model, 
 	if ((checkpointer_.saving() || c.checkpoint.resume) && !c.strategy.replicated.groups.empty())
 		throw AgreedError("--groups: each replica group holds its own parameters and a checkpoint saves rank 0's "
 				  "replica only; drop --groups or the checkpoint options");
+	if ((checkpointer_.saving() || c.checkpoint.resume) && dynamic_cast<DetachedStrategy*>(strategy_.get()))
+		throw AgreedError(fmt::format("--strategy {}: checkpoints are not supported for it (its owners apply "
+					      "gradients while the workers run ahead, so no step is common to all); use "
+					      "replicated or parameter-server to checkpoint, or drop the checkpoint options",
+					      facts_.name));
 }
 
 void Trainer::Run::train_step(int epoch, int64_t update_in_epoch)
@@ -176,6 +188,9 @@ void Trainer::Run::train_step(int epoch, int64_t update_in_epoch)
 			strategy_->accumulate(micro.images, micro.labels);
 		}
 		const Batch& batch = assemble(epoch, first + c_.accumulate - 1);
+		// A straggler: lock-step strategies wait for it inside the step.
+		if (topology_.rank() == c_.strategy.inject_delay_rank)
+			std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(c_.strategy.inject_delay_ms));
 		s = strategy_->step(batch.images, batch.labels, lr_);
 	} else {
 		s = strategy_->step(Tensor{}, Tensor{}, lr_);
@@ -344,9 +359,10 @@ nlohmann::json Trainer::Run::finish()
 	// A dedicated server holds no whole model and reports 0: rank 0 prints the workers' hash.
 	uint64_t hash = strategy_->check_replicas();
 	TOWER_MPI(MPI_Allreduce(MPI_IN_PLACE, &hash, 1, MPI_UINT64_T, MPI_MAX, topology_.world()));
-	// Steps before a resume took no time in this run.
-	const double samples_per_s =
-		static_cast<double>((step_ - resumed_step_) * samples_per_step()) / std::max(train_s_, 1e-9);
+	// Steps before a resume took no time in this run; detached strategies count what was applied.
+	const double samples_per_s = detached_totals_.is_null()
+		? static_cast<double>((step_ - resumed_step_) * samples_per_step()) / std::max(train_s_, 1e-9)
+		: static_cast<double>(detached_totals_["samples_applied"].get<int64_t>()) / std::max(train_s_, 1e-9);
 	peak_memory_ = std::max(peak_memory_, peak_memory_bytes(device_));
 	const auto state_bytes = static_cast<int64_t>(facts_.optimizer_state_bytes);
 	nlohmann::json summary = c_.labels;
@@ -379,6 +395,10 @@ nlohmann::json Trainer::Run::finish()
 	});
 	summary.update(strategy_metrics());
 	summary.update(facts_.details);
+	if (!detached_totals_.is_null()) {
+		summary.update(detached_totals_);
+		summary["updates_per_s"] = static_cast<double>(step_) / std::max(train_s_, 1e-9);
+	}
 	if (strategy_->has_averages())
 		summary["test_accuracy_ema"] =
 			last_eval_.has_averaged ? nlohmann::json(last_eval_.averaged.accuracy) : nlohmann::json();
@@ -405,6 +425,8 @@ nlohmann::json Trainer::Run::run()
 		progress_.say(facts_.layout);
 	if (facts_.details.contains("placement"))
 		metrics_.write({{"event", "placement"}, {"placement", facts_.details["placement"]}});
+	if (auto* detached = dynamic_cast<DetachedStrategy*>(strategy_.get()))
+		return run_detached(*detached);
 	int64_t first_update = 0;
 	resume(&first_update);
 	for (; epoch_ < c_.epochs && step_ < total_steps_; ++epoch_) {
@@ -420,6 +442,65 @@ nlohmann::json Trainer::Run::run()
 		save_checkpoint();
 	checkpointer_.wait();
 	return finish();
+}
+
+nlohmann::json Trainer::Run::run_detached(DetachedStrategy& detached)
+{
+	if (c_.accumulate != 1)
+		throw AgreedError(fmt::format("--accumulate {}: --strategy {} pushes one gradient per token; drop "
+					      "--accumulate or use a lock-step strategy", c_.accumulate, facts_.name));
+	DetachedPlan plan;
+	plan.planned_steps = total_steps_;
+	plan.lr = [this](int64_t planned_step) { return schedule_.lr(planned_step); };
+	plan.log_every = c_.log_every;
+	plan.on_window = [this](const nlohmann::json& window) { log_detached_window(window); };
+	detached.start(plan);
+	const auto start = Clock::now();
+	if (strategy_->is_worker()) {
+		// Each worker walks its own shard, epoch after epoch, for as long as the chief grants tokens.
+		const int64_t per_epoch = sampler_.steps_per_epoch();
+		for (int64_t k = 0;; ++k) {
+			const Batch& batch = assembler_.assemble(sampler_.shard(k / per_epoch, k % per_epoch));
+			StepStats s;
+			if (!detached.work(batch.images, batch.labels, &s))
+				break;
+			compute_s_ += s.compute_s;
+			allreduce_s_ += s.allreduce_s;
+		}
+	}
+	detached_totals_ = detached.finish();
+	train_s_ = seconds_since(start);
+	step_ = detached_totals_["updates"].get<int64_t>();
+	epoch_ = c_.epochs - 1;
+	if (test_.count > 0 && c_.eval_every > 0)
+		evaluate(epoch_);
+	return finish();
+}
+
+void Trainer::Run::log_detached_window(const nlohmann::json& window)
+{
+	// Runs on rank 0's owner thread while its main thread only trains: nothing else writes
+	// the metrics or the progress line until finish().
+	const int64_t step = window["step"].get<int64_t>();
+	const int64_t planned = std::max<int64_t>(window["updates_planned"].get<int64_t>(), 1);
+	ProgressState p;
+	p.epoch = 1 + static_cast<int>(std::min<int64_t>(c_.epochs - 1, (step - 1) * c_.epochs / planned));
+	p.epochs = c_.epochs;
+	p.step = step;
+	p.steps = planned;
+	p.loss = window["loss"].get<float>();
+	p.samples_per_s = window["samples_per_s"].get<double>();
+	p.eta_s = 0;
+	p.extra = fmt::format("lr {:.4g}  {:.1f} updates/s  {:.2f} gradients/update  dropped {}  staleness {:.2f} (max {})",
+			      window["lr"].get<double>(), window["updates_per_s"].get<double>(),
+			      window["gradients_per_update"].get<double>(), window["dropped_stale"].get<int64_t>(),
+			      window["staleness_mean"].get<double>(), window["staleness_max"].get<int64_t>());
+	progress_.update(p);
+	nlohmann::json line = window;
+	line["event"] = "step";
+	line["epoch"] = p.epoch;
+	line.update(strategy_metrics());
+	metrics_.write(line);
 }
 
 Trainer::Trainer(const Topology& topology, const Device& device, Model& model, const Dataset& train,

@@ -1,0 +1,129 @@
+// What the async and sync-replicas strategies share: workers that fetch variables from their
+// owners, compute, and push gradients back without waiting for each other.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "runtime/owner_service.h"
+#include "runtime/ps_placement.h"
+#include "runtime/strategy.h"
+#include "runtime/variable_averages.h"
+
+namespace tower {
+
+// How a run drives the owners: the planned lock-step updates (the rule turns them into the
+// updates it applies), their learning rates, and the chief's log windows.
+struct DetachedPlan {
+	int64_t planned_steps = 0;
+	std::function<float(int64_t planned_step)> lr;
+	int64_t log_every = 0;
+	std::function<void(const nlohmann::json& window)> on_window; // called on rank 0's owner thread
+};
+
+// The variables live on owners placed as the parameter-server strategy places them (every rank,
+// or ranks 0..K-1 with --ps-ranks K); rank 0 is the chief, which hands out tokens and keeps the
+// global step. Each owner runs an OwnerService on a thread of its own, so a colocated owner
+// also trains. A worker step: ask the chief for a token (the reply carries the chief's values),
+// fetch the other owners' values of at least that update, compute, (sleep when injected), push
+// each owner its slice tagged with the update its values came from. Workers are not in
+// lock-step: step() is not collective; start() and finish() bracket the training.
+class DetachedStrategy : public Strategy {
+	using Clock = std::chrono::steady_clock;
+
+public:
+	DetachedStrategy(const Topology& topology, const Device& device, Model& model, const OptimizerConfig& optimizer,
+			 const StrategyOptions& options, std::unique_ptr<UpdateRule> rule, std::string name);
+	~DetachedStrategy() override;
+
+	// Starts this rank's owner thread (when it owns variables). Not collective.
+	void start(const DetachedPlan& plan);
+	// A worker's step; false, without computing, once the chief has handed out the last token.
+	bool work(const Tensor& images, const Tensor& labels, StepStats* stats);
+	// Collective, after every worker's work() returned false: waits for the owners, brings the
+	// final variables to every worker, and returns the chief's totals and every owner's counters.
+	nlohmann::json finish();
+
+	bool is_worker() const override { return worker_index_ >= 0; }
+	int worker_index() const override { return worker_index_; }
+	int workers() const override { return workers_; }
+	ForwardResult accumulate(const Tensor& images, const Tensor& labels) override;
+	// One work() step; `lr` is not used (the owners follow the plan's schedule). Marked skipped
+	// once the run is over.
+	StepStats step(const Tensor& images, const Tensor& labels, float lr) override;
+	ForwardResult evaluate(const Tensor& images, const Tensor& labels) override;
+	bool has_averages() const override { return averages_ != nullptr; }
+	void use_averages(bool averaged) override;
+	std::vector<NamedTensor> variables() override;
+	// Checkpoints are refused for these strategies (the trainer says so): the owners' threads
+	// keep applying gradients while workers run ahead, so there is no step at which to save.
+	bool saves_variables() const override { return false; }
+	void variables_restored() override {}
+	uint64_t check_replicas() const override;
+	const LossScaler& loss_scaler() const override { return loss_scaler_; }
+	StrategyFacts facts() const override;
+
+	const Placement& placement() const { return placement_; }
+	const UpdateRule& rule() const { return *rule_; }
+	// The global step of this worker's last token: the update its last gradient was computed at.
+	int64_t last_token_step() const { return last_token_step_; }
+	// Per owner, the update of the values this worker's last gradient was computed on.
+	const std::vector<int64_t>& last_tags() const { return last_tags_; }
+
+private:
+	struct Segment {
+		int rank = 0;
+		int64_t offset = 0, count = 0; // in values_
+	};
+	bool fetch(std::vector<int64_t>* tags);
+	void ask(size_t owner, int tag, const int64_t* min_step, ReplyHeader* head, MPI_Request* requests);
+	void push(const std::vector<int64_t>& tags, const ForwardResult& result, int64_t samples);
+	void say_goodbye();
+	void publish();
+	void to_model();
+	// Where a worker keeps its fetched copy of an owner's values.
+	float* fetched(size_t owner);
+	Tensor model_slice(const VariableSlice& s, bool gradient) const;
+
+	int rank_;
+	MPI_Comm world_;
+	StrategyOptions options_;
+	std::unique_ptr<UpdateRule> rule_;
+	std::string name_;
+	Model* model_;
+	std::vector<Parameter*> parameters_;
+	int worker_index_ = -1, workers_ = 0, first_worker_ = 0;
+	int my_owner_ = -1;
+	Placement placement_;
+	std::vector<Segment> segments_;
+	CommHandle requests_, replies_, worker_comm_;
+	std::vector<float> values_; // owner-major on every rank; an owner's own segment is the master copy
+	// A worker that is also an owner fetches its own owner's values here, never into the master
+	// copy: its owner thread keeps applying other workers' gradients to the master meanwhile.
+	std::vector<float> own_fetched_;
+	std::vector<std::vector<int64_t>> pushes_; // per owner: PushHeader then the gradient slice
+	std::vector<Parameter> owned_;
+	std::unique_ptr<Optimizer> optimizer_;
+	std::unique_ptr<VariableAverages> averages_;
+	Tensor global_step_; // i64 [1]: the owner's update count
+	LossScaler loss_scaler_;
+	std::unique_ptr<OwnerService> owner_;
+	std::thread owner_thread_;
+	bool started_ = false, stopped_ = false;
+	int64_t micro_batches_ = 0;
+	int64_t last_token_step_ = -1;
+	std::vector<int64_t> last_tags_;
+};
+
+// Collective: the factories of the two detached strategies (runtime/async_strategy.cpp and
+// runtime/sync_replicas_strategy.cpp).
+std::unique_ptr<Strategy> make_async_strategy(const Topology& topology, const Device& device, Model& model,
+					      const OptimizerConfig& optimizer, const StrategyOptions& options);
+std::unique_ptr<Strategy> make_sync_replicas_strategy(const Topology& topology, const Device& device, Model& model,
+						      const OptimizerConfig& optimizer,
+						      const StrategyOptions& options);
+
+} // namespace tower
