@@ -6,6 +6,8 @@
 #include "cli/train_options.h"
 #include "models/data/fashion_mnist.h"
 #include "models/model_factory.h"
+#include "runtime/base/collective_debug.h"
+#include "runtime/base/watched_wait.h"
 #include "runtime/trainer.h"
 
 namespace tower::cli {
@@ -81,11 +83,24 @@ void add_strategy_options(CLI::App& app, TrainConfig& c)
 		       "Keep moving averages of the variables with this decay in [0, 1) and evaluate them too");
 }
 
+void add_safety_options(CLI::App& app, TrainConfig& c)
+{
+	app.add_option("--stall-warn", c.stall_warn, "Seconds a rank waits for the others before it names who has not arrived")
+		->check(CLI::NonNegativeNumber);
+	app.add_option("--stall-abort", c.stall_abort, "Seconds a rank waits before it aborts the job (0: never)")
+		->check(CLI::NonNegativeNumber);
+	app.add_flag("--debug-collectives", c.debug_collectives,
+		     "Before each collective, compare what every rank calls (also TOWER_DEBUG=collectives)");
+}
+
 // The options that configure the replicated strategy's all-reduce; other strategies refuse them.
 const char* const replicated_only[] = {"--allreduce", "--fusion-mb", "--overlap", "--shard-update", "--groups"};
 
 int run_training(World& world, const TrainConfig& c)
 {
+	set_stall_limits({c.stall_warn, c.stall_abort});
+	if (c.debug_collectives)
+		set_collective_debug(true);
 	const Topology topology(world.comm(), ranks_per_node_setting(c.ranks_per_node));
 	const Device device = assign_device(topology, probe_gpu_runtime(), parse_device_preference(c.device));
 	const TrainerConfig config = trainer_config(c, world.size(), device);
@@ -112,6 +127,7 @@ Command add_train_command(CLI::App& parent)
 	add_run_options(*app, *config);
 	add_precision_options(*app, *config);
 	add_strategy_options(*app, *config);
+	add_safety_options(*app, *config);
 	return {app, [config, app](World& world) {
 		for (const char* name : replicated_only)
 			if (app->count(name) > 0)

@@ -41,6 +41,9 @@ struct TrainConfig {
 	std::string strategy = "replicated";
 	int ps_ranks = 0;
 	std::optional<double> ema_decay;
+	// Run safety: the stall watchdog's limits (seconds; abort 0: never) and collective fingerprints.
+	double stall_warn = 60, stall_abort = 600;
+	bool debug_collectives = false;
 	// Replicated-only options given on the command line, so another strategy can refuse them.
 	std::vector<std::string> replicated_only_given;
 };

@@ -12,6 +12,7 @@
 #include "runtime/base/error.h"
 #include "runtime/base/memory.h"
 #include "runtime/base/mpi_check.h"
+#include "runtime/base/watched_wait.h"
 #include "runtime/replica_check.h"
 #include "runtime/sharded_update.h"
 #include "runtime/whole_update.h"
@@ -170,6 +171,7 @@ size_t ReplicatedBuilder::bytes_moved_per_step() const
 
 void ReplicatedBuilder::reduce_bucket(size_t b)
 {
+	const WaitContext context("bucket", static_cast<int64_t>(b));
 	const auto start = Clock::now();
 	update_->reduce(b);
 	reduce_intervals_[b] = {start, Clock::now()};

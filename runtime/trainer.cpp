@@ -12,7 +12,9 @@
 #include "runtime/base/agree.h"
 #include "runtime/base/error.h"
 #include "runtime/base/memory.h"
+#include "runtime/base/collective_debug.h"
 #include "runtime/base/mpi_check.h"
+#include "runtime/base/watched_wait.h"
 #include "runtime/evaluate.h"
 #include "runtime/metrics_log.h"
 #include "runtime/progress.h"
@@ -70,13 +72,17 @@ ScheduleConfig schedule_for(const TrainerConfig& c, int64_t total_steps)
 
 int64_t max_over_ranks(MPI_Comm comm, int64_t value)
 {
-	TOWER_MPI(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT64_T, MPI_MAX, comm));
+	MPI_Request request = MPI_REQUEST_NULL;
+	TOWER_MPI(MPI_Iallreduce(MPI_IN_PLACE, &value, 1, MPI_INT64_T, MPI_MAX, comm, &request));
+	wait_request(request, {"summary totals", comm});
 	return value;
 }
 
 int64_t sum_over_ranks(MPI_Comm comm, int64_t value)
 {
-	TOWER_MPI(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT64_T, MPI_SUM, comm));
+	MPI_Request request = MPI_REQUEST_NULL;
+	TOWER_MPI(MPI_Iallreduce(MPI_IN_PLACE, &value, 1, MPI_INT64_T, MPI_SUM, comm, &request));
+	wait_request(request, {"summary totals", comm});
 	return value;
 }
 
@@ -149,6 +155,7 @@ Trainer::Run::Run(const Topology& topology, const Device& device, Model& model, 
 void Trainer::Run::train_step(int epoch, int64_t update_in_epoch)
 {
 	lr_ = schedule_.lr(step_);
+	set_wait_step(step_);
 	const auto start = Clock::now();
 	StepStats s;
 	if (strategy_->is_worker()) {
@@ -200,7 +207,10 @@ nlohmann::json Trainer::Run::strategy_metrics() const
 void Trainer::Run::log_window()
 {
 	double sums[2] = {window_.loss, static_cast<double>(window_.worker_steps)};
-	TOWER_MPI(MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, topology_.world()));
+	check_collective(topology_.world(), {"loss all-reduce", sizeof sums, DType::f64});
+	MPI_Request request = MPI_REQUEST_NULL;
+	TOWER_MPI(MPI_Iallreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, topology_.world(), &request));
+	wait_request(request, {"loss of the logging window", topology_.world()});
 	const double loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0;
 	const double elapsed = seconds_since(window_.start);
 	const auto window_steps = static_cast<double>(window_.updates);

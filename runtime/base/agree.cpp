@@ -9,13 +9,16 @@
 
 #include "runtime/base/error.h"
 #include "runtime/base/mpi_check.h"
+#include "runtime/base/watched_wait.h"
 
 namespace tower {
 
 bool all_true(MPI_Comm comm, bool value)
 {
 	int local = value ? 1 : 0, global = 0;
-	TOWER_MPI(MPI_Allreduce(&local, &global, 1, MPI_INT, MPI_MIN, comm));
+	MPI_Request request = MPI_REQUEST_NULL;
+	TOWER_MPI(MPI_Iallreduce(&local, &global, 1, MPI_INT, MPI_MIN, comm, &request));
+	wait_request(request, {"agreement check", comm});
 	return global == 1;
 }
 
@@ -27,7 +30,9 @@ void agree(MPI_Comm comm, const std::string& problem)
 	MPI_Comm_size(comm, &size);
 	int length = static_cast<int>(problem.size());
 	std::vector<int> lengths(static_cast<size_t>(size));
-	TOWER_MPI(MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, comm));
+	MPI_Request request = MPI_REQUEST_NULL;
+	TOWER_MPI(MPI_Iallgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, comm, &request));
+	wait_request(request, {"agreement report", comm});
 	std::vector<int> offsets(static_cast<size_t>(size));
 	int total = 0;
 	for (int r = 0; r < size; ++r) {
@@ -35,8 +40,9 @@ void agree(MPI_Comm comm, const std::string& problem)
 		total += lengths[static_cast<size_t>(r)];
 	}
 	std::string all(static_cast<size_t>(total), '\0');
-	TOWER_MPI(MPI_Allgatherv(problem.data(), length, MPI_CHAR, all.data(), lengths.data(),
-				 offsets.data(), MPI_CHAR, comm));
+	TOWER_MPI(MPI_Iallgatherv(problem.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(),
+				  MPI_CHAR, comm, &request));
+	wait_request(request, {"agreement report", comm});
 	// Ranks that found the same problem are named together: "ranks 0, 1: ...".
 	std::vector<std::pair<std::string, std::vector<int>>> problems;
 	for (int r = 0; r < size; ++r) {

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "runtime/base/arrival_table.h"
 #include "runtime/base/error.h"
 #include "runtime/base/mpi_check.h"
 
@@ -57,6 +58,8 @@ Topology::Topology(MPI_Comm world, std::optional<int> ranks_per_node) : world_(w
 {
 	TOWER_MPI(MPI_Comm_rank(world, &rank_));
 	TOWER_MPI(MPI_Comm_size(world, &size_));
+	// Stall reports read where this host's ranks wait (the first Topology maps the table).
+	join_arrival_table(world);
 
 	// The ranks that really share this host's memory, whatever grouping is simulated.
 	MPI_Comm host = MPI_COMM_NULL;

@@ -1,0 +1,263 @@
+// Every blocking wait in tower: spins briefly, then yields, then sleeps, and names a stall.
+#include "runtime/base/watched_wait.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "runtime/base/arrival_table.h"
+#include "runtime/base/error.h"
+#include "runtime/base/fatal.h"
+#include "runtime/base/mpi_check.h"
+
+namespace tower {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The back-off: spin while a wait is likely to end within microseconds (the partner is already
+// there), yield while it may end within a step's compute, then sleep in slices that grow with
+// the wait, so a stalled rank uses well under a percent of a core. A sleeping wait notices its
+// end at most a slice late: under 5% of the time already waited, 10 ms at the most.
+constexpr double spin_s = 1e-3;
+constexpr double yield_s = 20e-3;
+constexpr double min_sleep_s = 50e-6;
+constexpr double max_sleep_s = 10e-3;
+
+std::atomic<double> warn_limit{60.0};
+std::atomic<double> abort_limit{600.0};
+std::atomic<int64_t> current_step{-1};
+thread_local const char* context_unit = nullptr;
+thread_local int64_t context_index = -1;
+
+double seconds_since(Clock::time_point t)
+{
+	return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+void back_off(double waited)
+{
+	if (waited < spin_s)
+		return;
+	if (waited < yield_s) {
+		std::this_thread::yield();
+		return;
+	}
+	const double slice = std::clamp(waited / 20, min_sleep_s, max_sleep_s);
+	std::this_thread::sleep_for(std::chrono::duration<double>(slice));
+}
+
+std::string location(const WaitSite& site)
+{
+	std::string out = site.operation;
+	if (site.unit)
+		out += fmt::format(" {} {}", site.unit, site.index);
+	if (context_unit)
+		out += fmt::format(" for {} {}", context_unit, context_index);
+	return out;
+}
+
+int world_rank_of(MPI_Comm comm, int rank)
+{
+	if (comm == MPI_COMM_NULL)
+		return -1;
+	MPI_Group group = MPI_GROUP_NULL, world = MPI_GROUP_NULL;
+	MPI_Comm_group(comm, &group);
+	MPI_Comm_group(MPI_COMM_WORLD, &world);
+	int out = MPI_UNDEFINED;
+	MPI_Group_translate_ranks(group, 1, &rank, world, &out);
+	MPI_Group_free(&group);
+	MPI_Group_free(&world);
+	return out == MPI_UNDEFINED ? -1 : out;
+}
+
+// The world ranks of `comm`'s members, in comm order.
+std::vector<int> members_of(MPI_Comm comm)
+{
+	int size = 0;
+	MPI_Comm_size(comm, &size);
+	std::vector<int> out;
+	for (int r = 0; r < size; ++r)
+		out.push_back(world_rank_of(comm, r));
+	return out;
+}
+
+std::string describe_rank(int world_rank)
+{
+	const ArrivalState s = arrival_of(world_rank);
+	if (!s.known)
+		return fmt::format("rank {} (on another host: its state is not visible from here)", world_rank);
+	const std::string step = s.step >= 0 ? fmt::format(", step {}", s.step + 1) : "";
+	if (s.stopped)
+		return fmt::format("rank {} (its process is stopped, by a signal or a debugger{}{})", world_rank, step,
+				   s.operation.empty() ? "" : fmt::format("; it last waited in {}", s.operation));
+	if (s.waiting)
+		return fmt::format("rank {} (waiting {:.1f} s in {}{}{})", world_rank, s.seconds, s.operation,
+				   s.peer >= 0 ? fmt::format(" for rank {}", s.peer) : "", step);
+	return fmt::format("rank {} (in no tower wait for {:.1f} s: computing, stopped or hung{}{})", world_rank,
+			   s.seconds, step, s.operation.empty() ? "" : fmt::format("; it last waited in {}", s.operation));
+}
+
+std::string join_described(const std::vector<int>& world_ranks)
+{
+	std::vector<std::string> parts;
+	for (int r : world_ranks)
+		parts.push_back(describe_rank(r));
+	return fmt::format("{}", fmt::join(parts, "; "));
+}
+
+// Ranks not visibly inside this same wait: from the waiter's exact knowledge, else the peer,
+// else the host's arrival table.
+std::vector<int> not_arrived(const WaitSite& site, const std::vector<int>& members, const MissingRanks& missing)
+{
+	std::vector<int> out;
+	if (missing) {
+		for (int r : missing())
+			out.push_back(members.at(static_cast<size_t>(r)));
+		return out;
+	}
+	if (site.peer >= 0)
+		return {members.at(static_cast<size_t>(site.peer))};
+	const int me = world_rank_or_unknown();
+	const std::string here = location(site);
+	for (int r : members) {
+		if (r == me)
+			continue;
+		const ArrivalState s = arrival_of(r);
+		if (!s.known || !s.waiting || s.stopped || s.operation != here)
+			out.push_back(r);
+	}
+	return out;
+}
+
+} // namespace
+
+WaitContext::WaitContext(const char* unit, int64_t index) : outer_unit_(context_unit), outer_index_(context_index)
+{
+	context_unit = unit;
+	context_index = index;
+}
+
+WaitContext::~WaitContext()
+{
+	context_unit = outer_unit_;
+	context_index = outer_index_;
+}
+
+void set_stall_limits(const StallLimits& limits)
+{
+	if (limits.warn_s < 0 || limits.abort_s < 0)
+		throw AgreedError(fmt::format("--stall-warn {} / --stall-abort {}: stall limits are seconds, 0 or more",
+					      limits.warn_s, limits.abort_s));
+	if (limits.abort_s > 0 && limits.warn_s > limits.abort_s)
+		throw AgreedError(fmt::format("--stall-warn {} comes after --stall-abort {}: warn first, or use "
+					      "--stall-abort 0 to never abort", limits.warn_s, limits.abort_s));
+	warn_limit = limits.warn_s;
+	abort_limit = limits.abort_s;
+}
+
+StallLimits stall_limits()
+{
+	return {warn_limit.load(), abort_limit.load()};
+}
+
+void set_wait_step(int64_t step)
+{
+	current_step = step;
+	arrival_set_step(step);
+}
+
+std::string describe_stall(const WaitSite& site, double waited_s, const MissingRanks& missing)
+{
+	const int64_t step = current_step.load();
+	std::string text = fmt::format("stall: waited {:.1f} s in {}{}", waited_s, location(site),
+				       step >= 0 ? fmt::format(" at step {}", step + 1) : "");
+	if (site.comm == MPI_COMM_NULL)
+		return text + " (the ranks taking part are not known here)";
+	const std::vector<int> members = members_of(site.comm);
+	const std::vector<int> missing_ranks = not_arrived(site, members, missing);
+	text += fmt::format(" among {} rank(s)", members.size());
+	if (site.peer >= 0)
+		text += fmt::format(", for a message from rank {}", members.at(static_cast<size_t>(site.peer)));
+	text += missing_ranks.empty() ? "; every rank seems to have arrived"
+				      : fmt::format("; not arrived: {}", join_described(missing_ranks));
+	// A point-to-point wait names its partner, which may itself wait for another: name the
+	// ranks of the group that are in no wait at all, where a chain of waits ends.
+	if (site.peer >= 0) {
+		std::vector<int> idle;
+		for (int r : members) {
+			const ArrivalState s = arrival_of(r);
+			if (s.known && (!s.waiting || s.stopped) && r != world_rank_or_unknown() &&
+			    std::find(missing_ranks.begin(), missing_ranks.end(), r) == missing_ranks.end())
+				idle.push_back(r);
+		}
+		if (!idle.empty())
+			text += fmt::format("; in no wait: {}", join_described(idle));
+	}
+	return text;
+}
+
+namespace detail {
+
+void watched_loop(const std::function<bool()>& done, const WaitSite& site, const MissingRanks& missing)
+{
+	const auto start = Clock::now();
+	const StallLimits limits = stall_limits();
+	int peer_world = -1;
+	if (site.peer >= 0)
+		peer_world = world_rank_of(site.comm, site.peer);
+	arrival_enter(location(site), peer_world);
+	struct Leave {
+		~Leave() { arrival_leave(); }
+	} leave;
+	bool warned = false;
+	for (;;) {
+		if (done())
+			return;
+		const double waited = seconds_since(start);
+		if (!warned && limits.warn_s > 0 && waited >= limits.warn_s) {
+			warned = true;
+			const std::string report = describe_stall(site, waited, missing);
+			std::fprintf(stderr, "[rank %d] warning: %s\n", world_rank_or_unknown(), report.c_str());
+			std::fflush(stderr);
+		}
+		if (limits.abort_s > 0 && waited >= limits.abort_s)
+			fatal(fmt::format("error: {}; aborting the job after --stall-abort {} s (0 never aborts)",
+					  describe_stall(site, waited, missing), limits.abort_s));
+		back_off(waited);
+	}
+}
+
+} // namespace detail
+
+void wait_request(MPI_Request& request, const WaitSite& site)
+{
+	wait_until(
+		[&] {
+			int flag = 0;
+			TOWER_MPI(MPI_Test(&request, &flag, MPI_STATUS_IGNORE));
+			return flag != 0;
+		},
+		site);
+}
+
+void wait_requests(std::vector<MPI_Request>& requests, const WaitSite& site)
+{
+	if (requests.empty())
+		return;
+	wait_until(
+		[&] {
+			int flag = 0;
+			TOWER_MPI(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &flag, MPI_STATUSES_IGNORE));
+			return flag != 0;
+		},
+		site);
+}
+
+} // namespace tower
