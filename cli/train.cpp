@@ -101,9 +101,22 @@ int run_training(World& world, const TrainConfig& c)
 	set_stall_limits({c.stall_warn, c.stall_abort});
 	if (c.debug_collectives)
 		set_collective_debug(true);
+	// What this command line decides before the trainer sees it (the topology, which data is
+	// loaded, the model) is compared first; the trainer compares the rest, data included.
+	RunFingerprint program_fields;
+	program_fields.add("--model", c.model.name);
+	program_fields.add("--hidden", c.model.hidden);
+	program_fields.add("--depth", c.model.depth);
+	program_fields.add("--seed", c.model.seed);
+	program_fields.add("--precision", c.precision);
+	program_fields.add("--ranks-per-node", c.ranks_per_node ? std::to_string(*c.ranks_per_node) : "none");
+	program_fields.add("--eval-every", c.eval_every);
+	describe_build(program_fields);
+	check_run_agreement(world.comm(), program_fields);
 	const Topology topology(world.comm(), ranks_per_node_setting(c.ranks_per_node));
 	const Device device = assign_device(topology, probe_gpu_runtime(), parse_device_preference(c.device));
-	const TrainerConfig config = trainer_config(c, world.size(), device);
+	TrainerConfig config = trainer_config(c, world.size(), device);
+	config.program_fields = program_fields;
 	const Dataset train = load_fashion_mnist_agreed(world.comm(), c.data_dir, Split::train);
 	const Dataset test = c.eval_every > 0 ? load_fashion_mnist_agreed(world.comm(), c.data_dir, Split::test) : Dataset{};
 	ModelConfig model_config = c.model;

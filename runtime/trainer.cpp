@@ -46,6 +46,22 @@ MetricsLog open_metrics(MPI_Comm comm, int rank, const std::string& path)
 	return log;
 }
 
+// Every rank runs the same configuration on the same data with the same build: checked before
+// the run's first collective, so a difference is an error naming it rather than a hang.
+bool check_agreement(const Topology& topology, const Device& device, Model& model, const Dataset& train,
+		     const Dataset& test, const TrainerConfig& c)
+{
+	RunFingerprint f;
+	describe(f, c);
+	describe(f, model, device);
+	describe(f, train, "training");
+	describe(f, test, "test");
+	describe_build(f);
+	f.append(c.program_fields);
+	check_run_agreement(topology.world(), f);
+	return true;
+}
+
 // Optimizer steps in one epoch: each consumes `accumulate` of the sampler's micro-batches.
 int64_t updates_per_epoch(const TrainerConfig& c, int64_t micro_steps_per_epoch)
 {
@@ -120,6 +136,7 @@ private:
 	TrainerConfig c_;
 	const Topology& topology_;
 	Device device_;
+	bool agreed_; // before anything collective: the ranks run the same configuration
 	MetricsLog metrics_;
 	const Dataset& train_;
 	const Dataset& test_;
@@ -142,7 +159,8 @@ private:
 
 Trainer::Run::Run(const Topology& topology, const Device& device, Model& model, const Dataset& train,
 		  const Dataset& test, const TrainerConfig& c)
-	: c_(c), topology_(topology), device_(device), metrics_(open_metrics(topology.world(), topology.rank(), c.metrics_path)),
+	: c_(c), topology_(topology), device_(device), agreed_(check_agreement(topology, device, model, train, test, c)),
+	  metrics_(open_metrics(topology.world(), topology.rank(), c.metrics_path)),
 	  train_(train), test_(test), strategy_(make_strategy(topology, device, model, c.optimizer, c.strategy)),
 	  facts_(strategy_->facts()),
 	  sampler_(train.count, c.batch, std::max(strategy_->worker_index(), 0), strategy_->workers(), c.data_seed),
