@@ -137,18 +137,24 @@ TEST_CASE("--debug-collectives: a rank calling another collective is an error on
 	if (world().size() == 1)
 		return;
 	const auto comm = make_communicator(world().comm(), Device{});
-	std::vector<float> data(16, 1.0f);
+	std::vector<float> data(16, 1.0f), gathered(16 * static_cast<size_t>(world().size()));
 	set_collective_debug(true);
+	// Only the operation differs: the same bytes, dtype and group, no root.
 	const std::string message = agreed_error([&] {
 		if (world().rank() == last_rank())
-			comm->broadcast(data.data(), data.size(), DType::f32, 0);
+			comm->all_gather(data.data(), gathered.data(), data.size(), DType::f32);
 		else
 			comm->all_reduce(data.data(), data.data(), data.size(), DType::f32, ReduceOp::sum);
 	});
+	// A different root is a mismatch too.
+	const std::string roots = agreed_error(
+		[&] { comm->broadcast(data.data(), data.size(), DType::f32, world().rank() == last_rank() ? 1 : 0); });
 	set_collective_debug(false);
 	CHECK(contains(message, "collective mismatch"));
-	CHECK(contains(message, fmt::format("rank {} calls #1 broadcast of 64 bytes of f32, root 0", last_rank())));
+	CHECK(contains(message, fmt::format("rank {} calls #1 all-gather of 64 bytes of f32, group of {}", last_rank(),
+					    world().size())));
 	CHECK(contains(message, "#1 all-reduce of 64 bytes of f32"));
+	CHECK(contains(roots, fmt::format("rank {} calls #2 broadcast of 64 bytes of f32, root 1", last_rank())));
 }
 
 TEST_CASE("--debug-collectives passes matching collectives and leaves their results alone")
