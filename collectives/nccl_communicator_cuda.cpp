@@ -1,8 +1,6 @@
 // The NCCL backend of Communicator, for buffers in CUDA device memory.
 #include "collectives/nccl_communicator.h"
 
-#include <thread>
-
 #include <cuda_runtime.h>
 #include <nccl.h>
 
@@ -11,6 +9,7 @@
 #include "runtime/base/gpu_runtime.h"
 #include "runtime/base/mpi_check.h"
 #include "runtime/base/topology.h"
+#include "runtime/base/watched_wait.h"
 
 #define TOWER_NCCL(call)                                                                        \
 	do {                                                                                    \
@@ -60,7 +59,9 @@ public:
 		ncclUniqueId id{};
 		if (rank_ == 0)
 			TOWER_NCCL(ncclGetUniqueId(&id));
-		TOWER_MPI(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, own));
+		MPI_Request request = MPI_REQUEST_NULL;
+		TOWER_MPI(MPI_Ibcast(&id, sizeof id, MPI_BYTE, 0, own, &request));
+		wait_request(request, {"NCCL setup (unique id)", own});
 		TOWER_NCCL(ncclCommInitRank(&comm_, size_, id, rank_));
 		TOWER_CUDA(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
 	}
@@ -114,25 +115,28 @@ public:
 private:
 	// Waits for the stream while polling NCCL: a peer that died or a network failure shows up as
 	// an asynchronous error, which would otherwise leave the stream waiting forever.
+	// The wait is watched (runtime/base/watched_wait.h): a peer that stopped is named.
 	void wait()
 	{
-		for (;;) {
-			const cudaError_t done = cudaStreamQuery(stream_);
-			if (done == cudaSuccess)
-				return;
-			if (done != cudaErrorNotReady)
-				TOWER_CUDA(done);
-			ncclResult_t async = ncclSuccess;
-			TOWER_NCCL(ncclCommGetAsyncError(comm_, &async));
-			if (async != ncclSuccess && async != ncclInProgress) {
-				ncclCommAbort(comm_);
-				comm_ = nullptr;
-				throw Error(fmt::format("NCCL communicator of rank {} of {} failed: {}; it was aborted, "
-							"check the other ranks' logs for the first failure",
-							rank_, size_, ncclGetErrorString(async)));
-			}
-			std::this_thread::yield();
-		}
+		wait_until(
+			[this] {
+				const cudaError_t done = cudaStreamQuery(stream_);
+				if (done == cudaSuccess)
+					return true;
+				if (done != cudaErrorNotReady)
+					TOWER_CUDA(done);
+				ncclResult_t async = ncclSuccess;
+				TOWER_NCCL(ncclCommGetAsyncError(comm_, &async));
+				if (async != ncclSuccess && async != ncclInProgress) {
+					ncclCommAbort(comm_);
+					comm_ = nullptr;
+					throw Error(fmt::format("NCCL communicator of rank {} of {} failed: {}; it was aborted, "
+								"check the other ranks' logs for the first failure",
+								rank_, size_, ncclGetErrorString(async)));
+				}
+				return false;
+			},
+			{"NCCL collective", mpi_.get()});
 	}
 
 	CommHandle mpi_;
