@@ -127,6 +127,12 @@ void describe_build(RunFingerprint& f)
 {
 	f.add("tower version", TOWER_VERSION);
 	f.add("tower build", fmt::format("cuda {}, compiler {}", TOWER_HAVE_CUDA ? "on" : "off", __VERSION__));
+	// Ranks linked against different MPI libraries may not even agree on the wire.
+	char library[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+	int length = 0;
+	MPI_Get_library_version(library, &length);
+	const std::string text(library, static_cast<size_t>(length));
+	f.add("MPI library", text.substr(0, text.find_first_of(",\n")));
 	// On for one rank only, the check's messages would meet nothing on the others.
 	f.add("--debug-collectives", collective_debug());
 }

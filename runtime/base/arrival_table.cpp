@@ -114,7 +114,12 @@ bool process_stopped(int pid)
 
 void join_arrival_table(MPI_Comm world)
 {
-	if (joined.exchange(true))
+	// Only a communicator of every rank joins: one over some ranks (a one-rank reference
+	// Topology on MPI_COMM_SELF) may be built by those ranks alone, and joining there would
+	// leave the others waiting in a later join.
+	int same = MPI_UNEQUAL;
+	MPI_Comm_compare(world, MPI_COMM_WORLD, &same);
+	if ((same != MPI_IDENT && same != MPI_CONGRUENT) || joined.exchange(true))
 		return;
 	int world_rank = 0;
 	MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);

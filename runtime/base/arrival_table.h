@@ -21,8 +21,8 @@ struct ArrivalState {
 	std::string operation; // what it waits in (or last waited in)
 };
 
-// Collective over `world` (the first call only; later calls return at once): maps the host's
-// table. Without it (no call, or shared memory unavailable) every lookup answers `known = false`.
+// Collective over `world` when it holds every rank of MPI_COMM_WORLD (the first such call only;
+// later calls, and calls over fewer ranks, return at once): maps the host's table. Without it (no call, or shared memory unavailable) every lookup answers `known = false`.
 void join_arrival_table(MPI_Comm world);
 
 // This rank's own entry: entering and leaving a wait, and the current step. Cheap (a few

@@ -59,7 +59,7 @@ Topology::Topology(MPI_Comm world, std::optional<int> ranks_per_node) : world_(w
 {
 	TOWER_MPI(MPI_Comm_rank(world, &rank_));
 	TOWER_MPI(MPI_Comm_size(world, &size_));
-	// Stall reports read where this host's ranks wait (the first Topology maps the table).
+	// Stall reports read where this host's ranks wait (the first Topology over every rank maps the table).
 	join_arrival_table(world);
 
 	// The ranks that really share this host's memory, whatever grouping is simulated.

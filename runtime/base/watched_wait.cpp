@@ -21,11 +21,13 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The back-off: spin while a wait is likely to end within microseconds (the partner is already
-// there), yield while it may end within a step's compute, then sleep in slices that grow with
-// the wait, so a stalled rank uses well under a percent of a core. A sleeping wait notices its
-// end at most a slice late: under 5% of the time already waited, 10 ms at the most.
-constexpr double spin_s = 1e-3;
+// The back-off: after the quiet polls (the spin, for a partner that is already there), yield
+// while the wait may end within a step's compute, so a rank that shares a core with the one it
+// waits for hands it the core at once; then sleep in slices that grow with the wait, so a
+// stalled rank uses well under a percent of a core. A sleeping wait notices its end at most a
+// slice late: under 5% of the time already waited, 10 ms at the most. Only a wait past
+// publish_s writes the arrival table: the short ones, thousands per step, pay nothing for it.
+constexpr double publish_s = 1e-3;
 constexpr double yield_s = 20e-3;
 constexpr double min_sleep_s = 50e-6;
 constexpr double max_sleep_s = 10e-3;
@@ -43,8 +45,6 @@ double seconds_since(Clock::time_point t)
 
 void back_off(double waited)
 {
-	if (waited < spin_s)
-		return;
 	if (waited < yield_s) {
 		std::this_thread::yield();
 		return;
@@ -209,18 +209,23 @@ void watched_loop(const std::function<bool()>& done, const WaitSite& site, const
 {
 	const auto start = Clock::now();
 	const StallLimits limits = stall_limits();
-	int peer_world = -1;
-	if (site.peer >= 0)
-		peer_world = world_rank_of(site.comm, site.peer);
-	arrival_enter(location(site), peer_world);
-	struct Leave {
-		~Leave() { arrival_leave(); }
-	} leave;
+	struct Published {
+		bool entered = false;
+		~Published()
+		{
+			if (entered)
+				arrival_leave();
+		}
+	} published;
 	bool warned = false;
 	for (;;) {
 		if (done())
 			return;
 		const double waited = seconds_since(start);
+		if (!published.entered && waited >= publish_s) {
+			arrival_enter(location(site), site.peer >= 0 ? world_rank_of(site.comm, site.peer) : -1);
+			published.entered = true;
+		}
 		if (!warned && limits.warn_s > 0 && waited >= limits.warn_s) {
 			warned = true;
 			const std::string report = describe_stall(site, waited, missing);
