@@ -31,6 +31,11 @@ constexpr double publish_s = 1e-3;
 constexpr double yield_s = 20e-3;
 constexpr double min_sleep_s = 50e-6;
 constexpr double max_sleep_s = 10e-3;
+// An MPI request advances only while its owner polls it (a non-blocking collective's rounds, a
+// large message's fragments): sleeping there would stretch every round by a slice. Request
+// waits yield for longer and then sleep in short slices, at a percent or two of a core.
+constexpr double request_yield_s = 2.0;
+constexpr double request_max_sleep_s = 1e-3;
 
 std::atomic<double> warn_limit{60.0};
 std::atomic<double> abort_limit{600.0};
@@ -43,13 +48,13 @@ double seconds_since(Clock::time_point t)
 	return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-void back_off(double waited)
+void back_off(double waited, bool drives_progress)
 {
-	if (waited < yield_s) {
+	if (waited < (drives_progress ? request_yield_s : yield_s)) {
 		std::this_thread::yield();
 		return;
 	}
-	const double slice = std::clamp(waited / 20, min_sleep_s, max_sleep_s);
+	const double slice = std::clamp(waited / 20, min_sleep_s, drives_progress ? request_max_sleep_s : max_sleep_s);
 	std::this_thread::sleep_for(std::chrono::duration<double>(slice));
 }
 
@@ -205,7 +210,8 @@ std::string describe_stall(const WaitSite& site, double waited_s, const MissingR
 
 namespace detail {
 
-void watched_loop(const std::function<bool()>& done, const WaitSite& site, const MissingRanks& missing)
+void watched_loop(const std::function<bool()>& done, const WaitSite& site, const MissingRanks& missing,
+		  bool drives_progress)
 {
 	const auto start = Clock::now();
 	const StallLimits limits = stall_limits();
@@ -235,7 +241,7 @@ void watched_loop(const std::function<bool()>& done, const WaitSite& site, const
 		if (limits.abort_s > 0 && waited >= limits.abort_s)
 			fatal(fmt::format("error: {}; aborting the job after --stall-abort {} s (0 never aborts)",
 					  describe_stall(site, waited, missing), limits.abort_s));
-		back_off(waited);
+		back_off(waited, drives_progress);
 	}
 }
 
@@ -243,26 +249,30 @@ void watched_loop(const std::function<bool()>& done, const WaitSite& site, const
 
 void wait_request(MPI_Request& request, const WaitSite& site)
 {
-	wait_until(
-		[&] {
-			int flag = 0;
-			TOWER_MPI(MPI_Test(&request, &flag, MPI_STATUS_IGNORE));
-			return flag != 0;
-		},
-		site);
+	auto done = [&] {
+		int flag = 0;
+		TOWER_MPI(MPI_Test(&request, &flag, MPI_STATUS_IGNORE));
+		return flag != 0;
+	};
+	for (int i = 0; i < detail::quiet_polls; ++i)
+		if (done())
+			return;
+	detail::watched_loop(done, site, {}, true);
 }
 
 void wait_requests(std::vector<MPI_Request>& requests, const WaitSite& site)
 {
 	if (requests.empty())
 		return;
-	wait_until(
-		[&] {
-			int flag = 0;
-			TOWER_MPI(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &flag, MPI_STATUSES_IGNORE));
-			return flag != 0;
-		},
-		site);
+	auto done = [&] {
+		int flag = 0;
+		TOWER_MPI(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &flag, MPI_STATUSES_IGNORE));
+		return flag != 0;
+	};
+	for (int i = 0; i < detail::quiet_polls; ++i)
+		if (done())
+			return;
+	detail::watched_loop(done, site, {}, true);
 }
 
 } // namespace tower

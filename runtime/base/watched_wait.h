@@ -69,10 +69,13 @@ using MissingRanks = std::function<std::vector<int>()>;
 
 namespace detail {
 constexpr int quiet_polls = 2000; // polls before the clock is read: a fast wait costs only these
-void watched_loop(const std::function<bool()>& done, const WaitSite& site, const MissingRanks& missing);
+// drives_progress: `done` advances the awaited operation (MPI_Test); such waits sleep later and shorter.
+void watched_loop(const std::function<bool()>& done, const WaitSite& site, const MissingRanks& missing,
+		  bool drives_progress = false);
 } // namespace detail
 
-// Waits until `done()` returns true. `done` is polled from this thread only.
+// Waits until `done()` returns true. `done` is polled from this thread only. For a condition
+// that needs polling to advance (an MPI request), use wait_request, which backs off more gently.
 template <typename Done> void wait_until(Done&& done, const WaitSite& site, const MissingRanks& missing = {})
 {
 	for (int i = 0; i < detail::quiet_polls; ++i)

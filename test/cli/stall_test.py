@@ -59,8 +59,9 @@ expect(len(pids) == NP, f"found the ranks' processes {pids} (first line {first!r
 if len(pids) == NP:
     os.kill(pids[STOPPED], signal.SIGSTOP)
     stopped_at = time.monotonic()
-    # Past the spinning and yielding phases, the waiting ranks should be nearly idle.
-    time.sleep(WARN + 0.5)
+    # Past the spinning and yielding phases (2 s for MPI requests), the waiting ranks should be
+    # nearly idle.
+    time.sleep(WARN + 1)
     others = [p for r, p in pids.items() if r != STOPPED]
     before = [cpu_seconds(p) for p in others]
     time.sleep(3)
