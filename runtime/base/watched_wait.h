@@ -13,7 +13,8 @@
 // rank prints, once, how long it has waited, where (operation, bucket or variable, step) and
 // which ranks have not arrived; after abort_s (0: never) it takes the job down through
 // tower::fatal with the same report. The wait costs nothing extra while it is short: the first
-// few thousand polls touch neither the clock nor the arrival table.
+// few thousand polls touch neither the clock nor the arrival table, and only a wait past 1 ms
+// writes its entry there. See docs/run-safety.md for the back-off and what it costs.
 
 #include <cstdint>
 #include <functional>
