@@ -16,6 +16,7 @@
 #include "runtime/base/error.h"
 #include "runtime/base/memory.h"
 #include "runtime/base/mpi_check.h"
+#include "runtime/base/watched_wait.h"
 
 namespace tower::cli {
 
@@ -41,8 +42,8 @@ Collective describe(const std::string& name, int n)
 		return {name, ring, un, 1};
 	if (name == "broadcast")
 		return {name, 1.0, 1, 1};
-	throw AgreedError(fmt::format("unknown collective '{}': use allreduce, reduce_scatter, all_gather, broadcast "
-				      "or fusion",
+	throw AgreedError(fmt::format("unknown collective '{}': use allreduce, reduce_scatter, all_gather, broadcast, "
+				      "fusion or wait",
 				      name));
 }
 
@@ -84,12 +85,16 @@ struct Case {
 
 double timed_us(MPI_Comm comm, const std::function<void()>& once, int iters)
 {
-	TOWER_MPI(MPI_Barrier(comm));
+	MPI_Request barrier = MPI_REQUEST_NULL;
+	TOWER_MPI(MPI_Ibarrier(comm, &barrier));
+	wait_request(barrier, {"bench barrier", comm});
 	const double start = MPI_Wtime();
 	for (int i = 0; i < iters; ++i)
 		once();
 	double elapsed = (MPI_Wtime() - start) / std::max(iters, 1) * 1e6;
-	TOWER_MPI(MPI_Allreduce(MPI_IN_PLACE, &elapsed, 1, MPI_DOUBLE, MPI_MAX, comm));
+	MPI_Request totals_request = MPI_REQUEST_NULL;
+	TOWER_MPI(MPI_Iallreduce(MPI_IN_PLACE, &elapsed, 1, MPI_DOUBLE, MPI_MAX, comm, &totals_request));
+	wait_request(totals_request, {"bench totals", comm});
 	return elapsed;
 }
 
@@ -127,7 +132,9 @@ std::vector<Row> measure(const BenchOptions& o, MPI_Comm comm, int rank, const D
 		fill(send, send_count, dtype, rank);
 		once();
 		size_t wrong = check(out, c);
-		TOWER_MPI(MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_UINT64_T, MPI_SUM, comm));
+		MPI_Request totals_request = MPI_REQUEST_NULL;
+		TOWER_MPI(MPI_Iallreduce(MPI_IN_PLACE, &wrong, 1, MPI_UINT64_T, MPI_SUM, comm, &totals_request));
+		wait_request(totals_request, {"bench totals", comm});
 		Row row;
 		row.bytes = count * esize;
 		row.count = count;
@@ -237,6 +244,8 @@ int run_bench(World& world, const BenchOptions& o)
 {
 	if (o.collective == "fusion")
 		return run_bench_fusion(world, o);
+	if (o.collective == "wait")
+		return run_bench_wait(world, o);
 	const Topology topology(world.comm(), ranks_per_node_setting(o.ranks_per_node));
 	const Device device = assign_device(topology, probe_gpu_runtime(), parse_device_preference(o.device));
 	const DType dtype = parse_dtype(o.dtype);

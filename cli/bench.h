@@ -25,6 +25,8 @@ struct BenchOptions {
 
 int run_bench(World& world, const BenchOptions& options);
 int run_bench_fusion(World& world, const BenchOptions& options);
+// Per-call cost of a watched wait and of --debug-collectives on a small all-reduce (-b sets its size).
+int run_bench_wait(World& world, const BenchOptions& options);
 
 // "8", "4K", "256M", "1G" -> bytes; throws tower::AgreedError on anything else.
 size_t parse_bytes(const std::string& text);

@@ -10,8 +10,8 @@ Command add_bench_command(CLI::App& parent)
 {
 	auto o = std::make_shared<BenchOptions>();
 	CLI::App* app = parent.add_subcommand("bench", "Benchmark collectives, nccl-tests style, or fused buckets");
-	app->add_option("collective", o->collective, "allreduce, reduce_scatter, all_gather, broadcast or fusion")
-		->check(CLI::IsMember({"allreduce", "reduce_scatter", "all_gather", "broadcast", "fusion"}));
+	app->add_option("collective", o->collective, "allreduce, reduce_scatter, all_gather, broadcast, fusion or wait")
+		->check(CLI::IsMember({"allreduce", "reduce_scatter", "all_gather", "broadcast", "fusion", "wait"}));
 	app->add_option("--mode", o->mode, "All-reduce mode: ring, hierarchical, naive or all")
 		->check(CLI::IsMember({"ring", "hierarchical", "naive", "all"}));
 	app->add_option("--dtype", o->dtype, "f32, f64, f16, bf16, i32 or i64");

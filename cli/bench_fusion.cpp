@@ -14,6 +14,7 @@
 #include "runtime/base/error.h"
 #include "runtime/base/memory.h"
 #include "runtime/base/mpi_check.h"
+#include "runtime/base/watched_wait.h"
 
 namespace tower::cli {
 
@@ -42,12 +43,16 @@ std::vector<TensorSpec> model_like_specs()
 
 double time_us(MPI_Comm comm, int iters, const std::function<void()>& once)
 {
-	TOWER_MPI(MPI_Barrier(comm));
+	MPI_Request barrier = MPI_REQUEST_NULL;
+	TOWER_MPI(MPI_Ibarrier(comm, &barrier));
+	wait_request(barrier, {"bench barrier", comm});
 	const double start = MPI_Wtime();
 	for (int i = 0; i < iters; ++i)
 		once();
 	double us = (MPI_Wtime() - start) / std::max(iters, 1) * 1e6;
-	TOWER_MPI(MPI_Allreduce(MPI_IN_PLACE, &us, 1, MPI_DOUBLE, MPI_MAX, comm));
+	MPI_Request totals_request = MPI_REQUEST_NULL;
+	TOWER_MPI(MPI_Iallreduce(MPI_IN_PLACE, &us, 1, MPI_DOUBLE, MPI_MAX, comm, &totals_request));
+	wait_request(totals_request, {"bench totals", comm});
 	return us;
 }
 
@@ -101,7 +106,9 @@ int run_bench_fusion(World& world, const BenchOptions& o)
 		wrong += bench_wrong(host.data(), host.size(), DType::f32, ReduceOp::sum, 0,
 				     [&](size_t i) { return bench_expected(world.size(), i, ReduceOp::sum, DType::f32); });
 	}
-	TOWER_MPI(MPI_Allreduce(MPI_IN_PLACE, &wrong, 1, MPI_UINT64_T, MPI_SUM, world.comm()));
+	MPI_Request totals_request = MPI_REQUEST_NULL;
+	TOWER_MPI(MPI_Iallreduce(MPI_IN_PLACE, &wrong, 1, MPI_UINT64_T, MPI_SUM, world.comm(), &totals_request));
+	wait_request(totals_request, {"bench totals", world.comm()});
 	if (world.rank() == 0) {
 		size_t smallest = specs.front().bytes(), largest = 0, raw = 0;
 		for (const TensorSpec& t : specs) {

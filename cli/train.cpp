@@ -7,6 +7,8 @@
 #include "models/cpu/cpu_threads.h"
 #include "models/data/fashion_mnist.h"
 #include "models/model_factory.h"
+#include "runtime/base/collective_debug.h"
+#include "runtime/base/watched_wait.h"
 #include "runtime/trainer.h"
 
 namespace tower::cli {
@@ -107,17 +109,43 @@ void add_strategy_options(CLI::App& app, TrainConfig& c)
 		       "RANK:MS: that rank sleeps MS milliseconds in every step before it sends its gradient (tests, demos)");
 }
 
+void add_safety_options(CLI::App& app, TrainConfig& c)
+{
+	app.add_option("--stall-warn", c.stall_warn, "Seconds a rank waits for the others before it names who has not arrived")
+		->check(CLI::NonNegativeNumber);
+	app.add_option("--stall-abort", c.stall_abort, "Seconds a rank waits before it aborts the job (0: never)")
+		->check(CLI::NonNegativeNumber);
+	app.add_flag("--debug-collectives", c.debug_collectives,
+		     "Before each collective, compare what every rank calls (also TOWER_DEBUG=collectives)");
+}
+
 // The options that configure the replicated strategy's all-reduce; other strategies refuse them.
 const char* const replicated_only[] = {"--allreduce", "--fusion-mb", "--overlap", "--shard-update", "--groups",
 				       "--deterministic"};
 
 int run_training(World& world, const TrainConfig& c)
 {
+	set_stall_limits({c.stall_warn, c.stall_abort});
+	if (c.debug_collectives)
+		set_collective_debug(true);
+	// What this command line decides before the trainer sees it (the topology, which data is
+	// loaded, the model) is compared first; the trainer compares the rest, data included.
+	RunFingerprint program_fields;
+	program_fields.add("--model", c.model.name);
+	program_fields.add("--hidden", c.model.hidden);
+	program_fields.add("--depth", c.model.depth);
+	program_fields.add("--seed", c.model.seed);
+	program_fields.add("--precision", c.precision);
+	program_fields.add("--ranks-per-node", c.ranks_per_node ? std::to_string(*c.ranks_per_node) : "none");
+	program_fields.add("--eval-every", c.eval_every);
+	describe_build(program_fields);
+	check_run_agreement(world.comm(), program_fields);
 	const Topology topology(world.comm(), ranks_per_node_setting(c.ranks_per_node));
 	const Device device = assign_device(topology, probe_gpu_runtime(), parse_device_preference(c.device));
 	if (c.threads)
 		set_cpu_threads(*c.threads);
-	const TrainerConfig config = trainer_config(c, world.size(), device);
+	TrainerConfig config = trainer_config(c, world.size(), device);
+	config.program_fields = program_fields;
 	const Dataset train = load_fashion_mnist_agreed(world.comm(), c.data_dir, Split::train);
 	const Dataset test = c.eval_every > 0 ? load_fashion_mnist_agreed(world.comm(), c.data_dir, Split::test) : Dataset{};
 	ModelConfig model_config = c.model;
@@ -142,6 +170,7 @@ Command add_train_command(CLI::App& parent)
 	add_precision_options(*app, *config);
 	add_strategy_options(*app, *config);
 	add_checkpoint_options(*app, *config);
+	add_safety_options(*app, *config);
 	return {app, [config, app](World& world) {
 		config->resume = app->count("--resume") > 0;
 		for (const char* name : replicated_only)

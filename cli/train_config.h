@@ -52,6 +52,9 @@ struct TrainConfig {
 	std::optional<int> replicas_to_aggregate; // sync-replicas; unset: one per worker
 	std::optional<bool> async_scale;          // async; unset: true
 	std::string inject_delay;                 // "RANK:MS"
+	// Run safety: the stall watchdog's limits (seconds; abort 0: never) and collective fingerprints.
+	double stall_warn = 60, stall_abort = 600;
+	bool debug_collectives = false;
 	// Replicated-only options given on the command line, so another strategy can refuse them.
 	std::vector<std::string> replicated_only_given;
 };

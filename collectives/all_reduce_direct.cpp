@@ -114,7 +114,7 @@ void HierarchicalAllReduce::run_direct(const PeerBuffers& peers, size_t count, D
 				std::memcpy(peers.recv[r] + first * esize, out + first * esize, length * esize);
 	});
 	// Results ready: every rank's receive buffer is complete once all have spread their shard.
-	shm_.barrier();
+	shm_.barrier("hierarchical all-reduce (node barrier)");
 }
 
 } // namespace tower

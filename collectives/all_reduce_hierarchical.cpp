@@ -8,6 +8,7 @@
 
 #include "collectives/reduce_host.h"
 #include "collectives/segments.h"
+#include "runtime/base/collective_debug.h"
 
 namespace tower {
 
@@ -19,6 +20,7 @@ HierarchicalAllReduce::HierarchicalAllReduce(MPI_Comm node, MPI_Comm cross, cons
 
 void HierarchicalAllReduce::run(const void* send, void* recv, size_t count, DType dtype, ReduceOp op)
 {
+	check_collective(shm_.comm(), {"hierarchical all-reduce", count * dtype_size(dtype), dtype});
 	last_direct_ = false;
 	if (count == 0)
 		return;
@@ -26,7 +28,7 @@ void HierarchicalAllReduce::run(const void* send, void* recv, size_t count, DTyp
 		// Every rank says where its buffers are; after the barrier all ranks read the same
 		// mailboxes, so they all choose the same path.
 		publish(send, recv, count * dtype_size(dtype));
-		shm_.barrier();
+		shm_.barrier("hierarchical all-reduce (node barrier)");
 		if (const auto peers = registered_peers()) {
 			last_direct_ = true;
 			run_direct(*peers, count, dtype, op);
@@ -61,7 +63,7 @@ void HierarchicalAllReduce::run_round(const char* in, char* out, size_t count, D
 		std::memcpy(my_slot, in, mine.start * esize);
 		const size_t after = mine.start + mine.length;
 		std::memcpy(my_slot + after * esize, in + after * esize, (count - after) * esize);
-		shm_.barrier();
+		shm_.barrier("hierarchical all-reduce (node barrier)");
 	}
 
 	std::vector<const void*> inputs = {in + mine.start * esize};
@@ -79,7 +81,7 @@ void HierarchicalAllReduce::run_round(const char* in, char* out, size_t count, D
 
 	// Publish the finished shard, then collect everyone else's.
 	std::memcpy(slot_at(me, mine.start), shard, mine.length * esize);
-	shm_.barrier();
+	shm_.barrier("hierarchical all-reduce (node barrier)");
 	for (int r = 0; r < shm_.size(); ++r) {
 		if (r == me)
 			continue;

@@ -45,7 +45,7 @@ public:
 	MPI_Comm node_comm() const override { return shm_.comm(); }
 	void reduce_shard(void* data, size_t count, DType dtype, ReduceOp op, Segment shard) override;
 	char* peer_address(const void* mine, int node_rank) const override;
-	void node_barrier() override { shm_.barrier(); }
+	void node_barrier() override { shm_.barrier("sharded update (node barrier)"); }
 	// Whether the last run() took the direct path (for tests).
 	bool last_run_was_direct() const { return last_direct_; }
 

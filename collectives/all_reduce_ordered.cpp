@@ -6,6 +6,7 @@
 #include "collectives/reduce_host.h"
 #include "collectives/segments.h"
 #include "runtime/base/mpi_check.h"
+#include "runtime/base/watched_wait.h"
 
 namespace tower {
 
@@ -39,15 +40,18 @@ void OrderedAllReduce::run(const void* send, void* recv, size_t count, DType dty
 			inputs[j] = gathered_.data() + j * mine.length * element;
 		}
 		const char* in = static_cast<const char*>(send) + at * element;
-		TOWER_MPI(MPI_Alltoallv(in, send_counts.data(), send_offsets.data(), MPI_BYTE, gathered_.data(),
-					recv_counts.data(), recv_offsets.data(), MPI_BYTE, comm_.get()));
+		MPI_Request request = MPI_REQUEST_NULL;
+		TOWER_MPI(MPI_Ialltoallv(in, send_counts.data(), send_offsets.data(), MPI_BYTE, gathered_.data(),
+					 recv_counts.data(), recv_offsets.data(), MPI_BYTE, comm_.get(), &request));
+		wait_request(request, {"ordered all-reduce: segment exchange", comm_.get()});
 		// reduce_host folds its inputs in the order given: rank 0's, then rank 1's, ...
 		reduce_host(reduced_.data(), inputs.data(), n, mine.length, dtype, op);
 		if (op == ReduceOp::mean)
 			divide_host(reduced_.data(), mine.length, dtype, size_);
 		char* out = static_cast<char*>(recv) + at * element;
-		TOWER_MPI(MPI_Allgatherv(reduced_.data(), send_counts[me], MPI_BYTE, out, send_counts.data(),
-					 send_offsets.data(), MPI_BYTE, comm_.get()));
+		TOWER_MPI(MPI_Iallgatherv(reduced_.data(), send_counts[me], MPI_BYTE, out, send_counts.data(),
+					  send_offsets.data(), MPI_BYTE, comm_.get(), &request));
+		wait_request(request, {"ordered all-reduce: gather of the sums", comm_.get()});
 	}
 }
 

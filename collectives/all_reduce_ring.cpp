@@ -7,7 +7,9 @@
 #include "collectives/mpi_reduce_ops.h"
 #include "collectives/reduce_host.h"
 #include "collectives/segments.h"
+#include "runtime/base/collective_debug.h"
 #include "runtime/base/mpi_check.h"
+#include "runtime/base/watched_wait.h"
 
 namespace tower {
 
@@ -23,10 +25,9 @@ size_t chunks_in(size_t length, size_t chunk)
 	return (length + chunk - 1) / chunk;
 }
 
-void wait_all(std::vector<MPI_Request>& requests)
+void wait_all(std::vector<MPI_Request>& requests, const WaitSite& site)
 {
-	if (!requests.empty())
-		TOWER_MPI(MPI_Waitall(static_cast<int>(requests.size()), requests.data(), MPI_STATUSES_IGNORE));
+	wait_requests(requests, site);
 	requests.clear();
 }
 
@@ -45,6 +46,7 @@ RingAllReduce::RingAllReduce(MPI_Comm comm, const AllReduceOptions& options)
 
 void RingAllReduce::run(const void* send, void* recv, size_t count, DType dtype, ReduceOp op)
 {
+	check_collective(comm_.get(), {"ring all-reduce", count * dtype_size(dtype), dtype});
 	if (send != recv && count > 0)
 		std::memcpy(recv, send, count * dtype_size(dtype));
 	if (size_ == 1)
@@ -95,7 +97,7 @@ void RingAllReduce::reduce_scatter_step(char* data, size_t count, DType dtype, R
 	if (in_chunks > 0)
 		post(0);
 	for (size_t c = 0; c < in_chunks; ++c) {
-		TOWER_MPI(MPI_Wait(&pending, MPI_STATUS_IGNORE));
+		wait_request(pending, {"ring all-reduce (reduce-scatter)", comm_.get(), left_, "step", step});
 		if (c + 1 < in_chunks)
 			post(c + 1);
 		const size_t first = c * chunk, m = std::min(chunk, in.length - first);
@@ -103,7 +105,7 @@ void RingAllReduce::reduce_scatter_step(char* data, size_t count, DType dtype, R
 		const void* inputs[2] = {target, buffers[c % 2]};
 		reduce_host(target, inputs, 2, m, dtype, op);
 	}
-	wait_all(sends);
+	wait_all(sends, {"ring all-reduce (reduce-scatter send)", comm_.get(), right_, "step", step});
 }
 
 void RingAllReduce::all_gather_step(char* data, size_t count, DType dtype, int step)
@@ -125,7 +127,7 @@ void RingAllReduce::all_gather_step(char* data, size_t count, DType dtype, int s
 		TOWER_MPI(MPI_Isend(data + (out.start + first) * esize, static_cast<int>(std::min(piece, out.length - first)),
 				    type, right_, step, comm_.get(), &requests.back()));
 	}
-	wait_all(requests);
+	wait_all(requests, {"ring all-reduce (all-gather)", comm_.get(), left_, "step", step});
 }
 
 } // namespace tower

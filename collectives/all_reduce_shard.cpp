@@ -2,6 +2,7 @@
 // there, leaving the spreading of results to the caller (a sharded optimizer step spreads the
 // updated parameters instead of the reduced gradients).
 #include "collectives/all_reduce_hierarchical.h"
+#include "runtime/base/collective_debug.h"
 #include "runtime/base/error.h"
 
 namespace tower {
@@ -20,12 +21,13 @@ void HierarchicalAllReduce::reduce_shard(void* data, size_t count, DType dtype, 
 {
 	TOWER_CHECK(shard.start + shard.length <= count, "shard [{}, {}) outside a buffer of {} elements", shard.start,
 		    shard.start + shard.length, count);
+	check_collective(shm_.comm(), {"sharded reduce", count * dtype_size(dtype), dtype});
 	const size_t esize = dtype_size(dtype), local = static_cast<size_t>(shm_.size());
 	char* own = static_cast<char*>(data);
 	if (local > 1)
 		(void)peer_address(own + count * esize - 1, 0); // throws unless the buffer came from allocate()
 	// Every rank's buffer is complete once all have arrived.
-	shm_.barrier();
+	shm_.barrier("hierarchical all-reduce (node barrier)");
 	// Own buffer first: the result overwrites exactly that input, in place.
 	std::vector<const char*> sources = {own};
 	for (int r = 0; r < shm_.size(); ++r)

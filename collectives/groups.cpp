@@ -7,6 +7,7 @@
 
 #include "runtime/base/error.h"
 #include "runtime/base/mpi_check.h"
+#include "runtime/base/watched_wait.h"
 
 namespace tower {
 
@@ -91,7 +92,9 @@ ReplicaGroup make_replica_group(const Topology& topology, const GroupAssignment&
 
 	// Uniform when every rank of the group sees the same node size.
 	int sizes[2] = {comm_size(out.node.get()), -comm_size(out.node.get())};
-	TOWER_MPI(MPI_Allreduce(MPI_IN_PLACE, sizes, 2, MPI_INT, MPI_MAX, out.group.get()));
+	MPI_Request request = MPI_REQUEST_NULL;
+	TOWER_MPI(MPI_Iallreduce(MPI_IN_PLACE, sizes, 2, MPI_INT, MPI_MAX, out.group.get(), &request));
+	wait_request(request, {"replica group setup", out.group.get()});
 	out.uniform_nodes = sizes[0] == -sizes[1];
 	return out;
 }

@@ -12,6 +12,7 @@
 #include "runtime/base/gpu_runtime.h"
 #include "runtime/base/mpi_check.h"
 #include "runtime/base/topology.h"
+#include "runtime/base/watched_wait.h"
 
 #define TOWER_NCCL(call)                                                                        \
 	do {                                                                                    \
@@ -66,7 +67,9 @@ public:
 		} root{{}, ncclSuccess};
 		if (rank_ == 0)
 			root.made = ncclGetUniqueId(&root.id);
-		TOWER_MPI(MPI_Bcast(&root, sizeof root, MPI_BYTE, 0, own));
+		MPI_Request request = MPI_REQUEST_NULL;
+		TOWER_MPI(MPI_Ibcast(&root, sizeof root, MPI_BYTE, 0, own, &request));
+		wait_request(request, {"NCCL setup (unique id)", own});
 		if (root.made != ncclSuccess)
 			throw Error(fmt::format("ncclGetUniqueId failed on rank 0 of {}: {}; check NCCL's installation "
 						"and NCCL_DEBUG=WARN output on rank 0", size_, ncclGetErrorString(root.made)));
@@ -150,27 +153,30 @@ private:
 	// Waits for the stream while polling NCCL: a peer that died or a network failure shows up as
 	// an asynchronous error, which would otherwise leave the stream waiting forever. Returning
 	// only once the collective is complete orders every later use of its buffers after it.
+	// The wait is watched (runtime/base/watched_wait.h): a peer that stopped is named.
 	void wait()
 	{
-		for (;;) {
-			const cudaError_t done = cudaStreamQuery(stream_);
-			if (done == cudaSuccess)
-				return;
-			if (done != cudaErrorNotReady)
-				TOWER_CUDA(done);
-			ncclResult_t async = ncclSuccess;
-			const ncclResult_t polled = ncclCommGetAsyncError(comm_, &async);
-			if (polled != ncclSuccess)
-				async = polled;
-			if (async != ncclSuccess && async != ncclInProgress) {
-				ncclCommAbort(comm_);
-				comm_ = nullptr;
-				throw Error(fmt::format("NCCL communicator of rank {} of {} failed: {}; it was aborted, "
-							"check the other ranks' logs for the first failure",
-							rank_, size_, ncclGetErrorString(async)));
-			}
-			std::this_thread::yield();
-		}
+		wait_until(
+			[this] {
+				const cudaError_t done = cudaStreamQuery(stream_);
+				if (done == cudaSuccess)
+					return true;
+				if (done != cudaErrorNotReady)
+					TOWER_CUDA(done);
+				ncclResult_t async = ncclSuccess;
+				const ncclResult_t polled = ncclCommGetAsyncError(comm_, &async);
+				if (polled != ncclSuccess)
+					async = polled;
+				if (async != ncclSuccess && async != ncclInProgress) {
+					ncclCommAbort(comm_);
+					comm_ = nullptr;
+					throw Error(fmt::format("NCCL communicator of rank {} of {} failed: {}; it was aborted, "
+								"check the other ranks' logs for the first failure",
+								rank_, size_, ncclGetErrorString(async)));
+				}
+				return false;
+			},
+			{"NCCL collective", mpi_.get()});
 	}
 
 	// Never throws: a destructor may run after a sticky CUDA error, and only the first error

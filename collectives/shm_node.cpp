@@ -2,10 +2,10 @@
 #include "collectives/shm_node.h"
 
 #include <atomic>
-#include <thread>
 
 #include "runtime/base/error.h"
 #include "runtime/base/mpi_check.h"
+#include "runtime/base/watched_wait.h"
 
 namespace tower {
 
@@ -37,7 +37,9 @@ ShmNode::ShmNode(MPI_Comm comm, size_t slot_bytes) : comm_(duplicate_comm(comm))
 	}
 	std::atomic_ref<uint64_t>(*counters_[static_cast<size_t>(rank_)]).store(0, std::memory_order_relaxed);
 	// Everyone's counter is zero before anyone's first barrier.
-	TOWER_MPI(MPI_Barrier(comm_.get()));
+	MPI_Request request = MPI_REQUEST_NULL;
+	TOWER_MPI(MPI_Ibarrier(comm_.get(), &request));
+	wait_request(request, {"shared-memory setup", comm_.get()});
 }
 
 ShmNode::~ShmNode()
@@ -48,16 +50,23 @@ ShmNode::~ShmNode()
 		MPI_Win_free(&window_);
 }
 
-void ShmNode::barrier()
+void ShmNode::barrier(const char* operation)
 {
 	epoch_ += 1;
 	std::atomic_ref<uint64_t>(*counters_[static_cast<size_t>(rank_)]).store(epoch_, std::memory_order_release);
-	for (int r = 0; r < size_; ++r) {
-		std::atomic_ref<uint64_t> counter(*counters_[static_cast<size_t>(r)]);
-		for (int spins = 0; counter.load(std::memory_order_acquire) < epoch_; ++spins)
-			if (spins > 2000)
-				std::this_thread::yield();
-	}
+	auto arrived = [this](int r) {
+		return std::atomic_ref<uint64_t>(*counters_[static_cast<size_t>(r)]).load(std::memory_order_acquire) >= epoch_;
+	};
+	// The counters say exactly who is missing, should the wait be reported.
+	auto missing = [&] {
+		std::vector<int> out;
+		for (int r = 0; r < size_; ++r)
+			if (!arrived(r))
+				out.push_back(r);
+		return out;
+	};
+	for (int r = 0; r < size_; ++r)
+		wait_until([&] { return arrived(r); }, {operation, comm_.get()}, missing);
 }
 
 } // namespace tower

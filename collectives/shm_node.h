@@ -13,7 +13,8 @@ namespace tower {
 
 // Every rank owns one slot that all ranks of the communicator can read and write directly. The
 // ranks synchronize through per-rank counters in the window, which costs far less than an MPI
-// barrier; waits spin briefly, then yield the core (ranks may outnumber cores).
+// barrier; waits are watched (runtime/base/watched_wait.h): they back off from spinning and name
+// the ranks that have not arrived when a barrier stalls.
 class ShmNode {
 public:
 	// Collective over `comm`, whose ranks must share memory; allocates `slot_bytes` per rank on a
@@ -36,7 +37,8 @@ public:
 
 	// Returns when every rank has called it as often as this one: all writes made before it on
 	// any rank are visible after it on every rank.
-	void barrier();
+	// `operation` names the wait in a stall report.
+	void barrier(const char* operation = "node barrier (shared memory)");
 
 private:
 	static constexpr size_t mailbox_offset_words = 8; // the second cache line of the header

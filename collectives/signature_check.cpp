@@ -7,6 +7,7 @@
 #include "runtime/base/agree.h"
 #include "runtime/base/error.h"
 #include "runtime/base/mpi_check.h"
+#include "runtime/base/watched_wait.h"
 
 namespace tower {
 
@@ -32,9 +33,12 @@ std::vector<std::string> root_signature(MPI_Comm comm, const std::vector<std::st
 	for (const auto& line : mine)
 		text += line + "\n";
 	int64_t length = static_cast<int64_t>(text.size());
-	TOWER_MPI(MPI_Bcast(&length, 1, MPI_INT64_T, root, comm));
+	MPI_Request request = MPI_REQUEST_NULL;
+	TOWER_MPI(MPI_Ibcast(&length, 1, MPI_INT64_T, root, comm, &request));
+	wait_request(request, {"signature check", comm});
 	text.resize(static_cast<size_t>(length));
-	TOWER_MPI(MPI_Bcast(text.data(), static_cast<int>(length), MPI_CHAR, root, comm));
+	TOWER_MPI(MPI_Ibcast(text.data(), static_cast<int>(length), MPI_CHAR, root, comm, &request));
+	wait_request(request, {"signature check", comm});
 	std::vector<std::string> out;
 	std::istringstream lines(text);
 	for (std::string line; std::getline(lines, line);)

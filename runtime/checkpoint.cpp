@@ -14,6 +14,7 @@
 #include "runtime/base/error.h"
 #include "runtime/base/gather.h"
 #include "runtime/base/mpi_check.h"
+#include "runtime/base/watched_wait.h"
 #include "runtime/checkpoint_file.h"
 #include "runtime/durable_file.h"
 
@@ -57,9 +58,12 @@ std::vector<std::pair<int64_t, fs::path>> step_dirs(const std::string& dir)
 void broadcast_string(MPI_Comm comm, std::string& text, int root)
 {
 	auto length = static_cast<int64_t>(text.size());
-	TOWER_MPI(MPI_Bcast(&length, 1, MPI_INT64_T, root, comm));
+	MPI_Request request = MPI_REQUEST_NULL;
+	TOWER_MPI(MPI_Ibcast(&length, 1, MPI_INT64_T, root, comm, &request));
+	wait_request(request, {"checkpoint: broadcast of a listing", comm});
 	text.resize(static_cast<size_t>(length));
-	TOWER_MPI(MPI_Bcast(text.data(), static_cast<int>(length), MPI_CHAR, root, comm));
+	TOWER_MPI(MPI_Ibcast(text.data(), static_cast<int>(length), MPI_CHAR, root, comm, &request));
+	wait_request(request, {"checkpoint: broadcast of a listing", comm});
 }
 
 nlohmann::json position_json(const TrainingPosition& p)
@@ -153,12 +157,6 @@ Checkpointer::Checkpointer(const Topology& topology, const CheckpointConfig& con
 		throw AgreedError("--resume needs --checkpoint-dir DIR (or --resume PATH): where are the checkpoints?");
 }
 
-// Every blocking wait of the checkpointer (thread joins, the completion vote) goes through
-// here, so a stall watchdog can watch them all with one edit.
-template <typename Fn> void blocking_wait(Fn wait)
-{
-	wait();
-}
 
 struct Checkpointer::Pending {
 	TrainingPosition position;
@@ -234,10 +232,10 @@ double Checkpointer::save(const TrainingPosition& position)
 void Checkpointer::start_agreement()
 {
 	Pending& p = *pending_;
-	blocking_wait([&] {
-		if (p.writer.joinable())
-			p.writer.join();
-	});
+	// Watched (a writer stuck on a hung file system is named after --stall-warn), then joined.
+	wait_until([&] { return p.written.load(); }, {"checkpoint: writing this rank's file", MPI_COMM_NULL});
+	if (p.writer.joinable())
+		p.writer.join();
 	if (!p.problem.empty())
 		fmt::print(stderr, "[rank {}] error: checkpoint of step {}: {}\n", topology_.rank(), p.position.step, p.problem);
 	p.failed = p.problem.empty() ? 0 : 1;
@@ -280,17 +278,17 @@ void Checkpointer::wait()
 	if (!p.voting)
 		start_agreement();
 	if (!p.voted) {
-		blocking_wait([&] { TOWER_MPI(MPI_Wait(&p.vote, MPI_STATUS_IGNORE)); });
+		wait_request(p.vote, {"checkpoint: every rank's file written", comm_.get()});
 		p.voted = true;
 		if (topology_.rank() == 0 && p.failed == 0) {
 			p.manifest_problem = problem_of([&] { write_manifest(p); });
 			p.manifest_done = true;
 		}
 	}
-	blocking_wait([&] {
-		if (p.manifest.joinable())
-			p.manifest.join();
-	});
+	if (p.manifest.joinable()) { // rank 0, writing the manifest in the background
+		wait_until([&] { return p.manifest_done.load(); }, {"checkpoint: rank 0 writing the manifest", MPI_COMM_NULL});
+		p.manifest.join();
+	}
 	poll(); // announces completion
 	const int failed = p.failed;
 	const int64_t step = p.position.step;

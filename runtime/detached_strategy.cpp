@@ -10,6 +10,7 @@
 #include "runtime/backoff_wait.h"
 #include "runtime/base/error.h"
 #include "runtime/base/mpi_check.h"
+#include "runtime/base/watched_wait.h"
 #include "runtime/replica_check.h"
 
 namespace tower {
@@ -298,7 +299,9 @@ nlohmann::json DetachedStrategy::finish()
 	int size = 0;
 	TOWER_MPI(MPI_Comm_size(world_, &size));
 	std::vector<double> all(static_cast<size_t>(fields * size));
-	TOWER_MPI(MPI_Allgather(local, fields, MPI_DOUBLE, all.data(), fields, MPI_DOUBLE, world_));
+	MPI_Request request = MPI_REQUEST_NULL;
+	TOWER_MPI(MPI_Iallgather(local, fields, MPI_DOUBLE, all.data(), fields, MPI_DOUBLE, world_, &request));
+	wait_request(request, {"gather of the owners' counters", world_});
 	nlohmann::json owners = nlohmann::json::array();
 	for (const Segment& s : segments_) {
 		const double* c = all.data() + fields * s.rank;
@@ -327,9 +330,12 @@ void DetachedStrategy::publish()
 {
 	for (const Segment& s : segments_) {
 		const auto most = static_cast<int64_t>(mpi_max_count(DType::f32));
-		for (int64_t at = 0; at < s.count; at += most)
-			TOWER_MPI(MPI_Bcast(values_.data() + s.offset + at, static_cast<int>(std::min(most, s.count - at)),
-					    MPI_FLOAT, s.rank, world_));
+		for (int64_t at = 0; at < s.count; at += most) {
+			MPI_Request request = MPI_REQUEST_NULL;
+			TOWER_MPI(MPI_Ibcast(values_.data() + s.offset + at, static_cast<int>(std::min(most, s.count - at)),
+					     MPI_FLOAT, s.rank, world_, &request));
+			wait_request(request, {"broadcast of the final values", world_, s.rank});
+		}
 	}
 	if (is_worker()) {
 		// The owners are done: the master copy is final and nobody else writes it now.

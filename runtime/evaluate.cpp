@@ -6,7 +6,9 @@
 #include <vector>
 
 #include "models/data/batch_assembler.h"
+#include "runtime/base/collective_debug.h"
 #include "runtime/base/mpi_check.h"
+#include "runtime/base/watched_wait.h"
 
 namespace tower {
 
@@ -31,7 +33,10 @@ EvalResult evaluate_test_set(Strategy& strategy, const Dataset& test, int64_t ba
 		totals[0] += static_cast<double>(r.loss) * static_cast<double>(n);
 		totals[1] += static_cast<double>(r.correct);
 	}
-	TOWER_MPI(MPI_Allreduce(MPI_IN_PLACE, totals, 2, MPI_DOUBLE, MPI_SUM, comm));
+	check_collective(comm, {"evaluation all-reduce", sizeof totals, DType::f64});
+	MPI_Request request = MPI_REQUEST_NULL;
+	TOWER_MPI(MPI_Iallreduce(MPI_IN_PLACE, totals, 2, MPI_DOUBLE, MPI_SUM, comm, &request));
+	wait_request(request, {"evaluation totals", comm});
 	EvalResult result;
 	result.samples = test.count;
 	result.loss = test.count ? totals[0] / static_cast<double>(test.count) : 0;

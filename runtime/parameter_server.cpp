@@ -11,7 +11,9 @@
 #include "models/ops.h"
 #include "runtime/base/error.h"
 #include "runtime/base/memory.h"
+#include "runtime/base/collective_debug.h"
 #include "runtime/base/mpi_check.h"
+#include "runtime/base/watched_wait.h"
 #include "runtime/replica_check.h"
 #include "runtime/timeline.h"
 
@@ -165,8 +167,11 @@ void ParameterServerStrategy::publish()
 		if (c.raw == MPI_COMM_NULL)
 			continue;
 		float* segment = values_.data() + segment_base(static_cast<int>(o));
+		check_collective(c.raw, {"owner broadcast", static_cast<size_t>(c.count) * sizeof(float), DType::f32, c.root});
 		in_pieces(c.count, DType::f32, [&](int64_t at, int n) {
-			TOWER_MPI(MPI_Bcast(segment + at, n, MPI_FLOAT, c.root, c.raw));
+			MPI_Request request = MPI_REQUEST_NULL;
+			TOWER_MPI(MPI_Ibcast(segment + at, n, MPI_FLOAT, c.root, c.raw, &request));
+			wait_request(request, {"parameter server: values from owner", c.raw, -1, "owner", static_cast<int64_t>(o)});
 		});
 	}
 	if (!is_worker())
@@ -231,11 +236,14 @@ void ParameterServerStrategy::reduce_to_owners()
 		char* segment = narrow ? reinterpret_cast<char*>(compressed_.data() + base)
 				       : reinterpret_cast<char*>(gradients_.data() + base);
 		const bool root = rank_ == c.owner;
+		check_collective(c.raw, {"reduce to owner", static_cast<size_t>(c.count) * dtype_size(type), type, c.root});
 		in_pieces(c.count, type, [&](int64_t at, int n) {
 			char* piece = segment + static_cast<size_t>(at) * dtype_size(type);
 			// The owner's own contribution (zeros on a dedicated server) is already in place.
-			TOWER_MPI(MPI_Reduce(root ? MPI_IN_PLACE : piece, root ? piece : nullptr, n, datatype, op, c.root,
-					     c.raw));
+			MPI_Request request = MPI_REQUEST_NULL;
+			TOWER_MPI(MPI_Ireduce(root ? MPI_IN_PLACE : piece, root ? piece : nullptr, n, datatype, op, c.root,
+					      c.raw, &request));
+			wait_request(request, {"parameter server: gradients to owner", c.raw, -1, "owner", static_cast<int64_t>(o)});
 		});
 	}
 	if (narrow && my_owner_index_ >= 0) {
@@ -259,7 +267,10 @@ bool ParameterServerStrategy::finish_owned(float factor, double* grad_norm)
 			squares += static_cast<double>(share[i]) * static_cast<double>(share[i]);
 		}
 	}
-	TOWER_MPI(MPI_Allreduce(MPI_IN_PLACE, &squares, 1, MPI_DOUBLE, MPI_SUM, world_));
+	check_collective(world_, {"gradient norm all-reduce", sizeof squares, DType::f64});
+	MPI_Request request = MPI_REQUEST_NULL;
+	TOWER_MPI(MPI_Iallreduce(MPI_IN_PLACE, &squares, 1, MPI_DOUBLE, MPI_SUM, world_, &request));
+	wait_request(request, {"parameter server: gradient norm", world_});
 	*grad_norm = std::sqrt(squares);
 	return std::isfinite(squares);
 }

@@ -7,6 +7,7 @@
 #include "runtime/base/error.h"
 #include "runtime/base/memory.h"
 #include "runtime/base/mpi_check.h"
+#include "runtime/base/watched_wait.h"
 
 namespace tower {
 
@@ -48,7 +49,9 @@ uint64_t check_replicas_of(MPI_Comm comm, const std::vector<NamedTensor>& tensor
 	const auto hashes = tensor_hashes(tensors);
 	std::vector<uint64_t> reference = hashes;
 	const int count = static_cast<int>(reference.size());
-	TOWER_MPI(MPI_Bcast(reference.data(), count, MPI_UINT64_T, 0, comm));
+	MPI_Request request = MPI_REQUEST_NULL;
+	TOWER_MPI(MPI_Ibcast(reference.data(), count, MPI_UINT64_T, 0, comm, &request));
+	wait_request(request, {"replica check", comm});
 	std::string problem;
 	for (size_t i = 0; i < hashes.size(); ++i)
 		if (hashes[i] != reference[i]) {

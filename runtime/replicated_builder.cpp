@@ -15,6 +15,7 @@
 #include "runtime/base/gpu_runtime.h"
 #include "runtime/base/memory.h"
 #include "runtime/base/mpi_check.h"
+#include "runtime/base/watched_wait.h"
 #include "runtime/replica_check.h"
 #include "runtime/sharded_update.h"
 #include "runtime/timeline.h"
@@ -206,6 +207,7 @@ void ReplicatedBuilder::reduce_bucket(size_t b)
 		.arg("bytes", static_cast<int64_t>(compressed_storage_.empty() ? plan_.buckets[b].bytes
 									    : compressed_storage_[b].bytes()))
 		.arg("mode", all_reduce_mode_name(mode()));
+	const WaitContext context("bucket", static_cast<int64_t>(b));
 	const auto start = Clock::now();
 	update_->reduce(b);
 	reduce_intervals_[b] = {start, Clock::now()};

@@ -9,6 +9,7 @@
 #include "models/ops.h"
 #include "runtime/base/error.h"
 #include "runtime/base/mpi_check.h"
+#include "runtime/base/watched_wait.h"
 
 namespace tower {
 
@@ -115,7 +116,9 @@ bool ShardedUpdate::finish(float factor, float lr, double* grad_norm)
 	// Summed in node-rank order on every rank, so every rank reaches the same verdict. The
 	// exchange also tells each rank that all shards are reduced: no peer reads gradients after it.
 	std::vector<double> partials(static_cast<size_t>(sharding_.node_size()));
-	TOWER_MPI(MPI_Allgather(&partial, 1, MPI_DOUBLE, partials.data(), 1, MPI_DOUBLE, sharding_.node_comm()));
+	MPI_Request request = MPI_REQUEST_NULL;
+	TOWER_MPI(MPI_Iallgather(&partial, 1, MPI_DOUBLE, partials.data(), 1, MPI_DOUBLE, sharding_.node_comm(), &request));
+	wait_request(request, {"sharded update (gradient norm)", sharding_.node_comm()});
 	double squares = 0;
 	for (double p : partials)
 		squares += p;

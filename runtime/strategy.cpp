@@ -7,6 +7,7 @@
 #include "runtime/detached_strategy.h"
 #include "runtime/parameter_server.h"
 #include "runtime/replicated_strategy.h"
+#include "runtime/run_fingerprint.h"
 #include "runtime/variable_averages.h"
 
 namespace tower {
@@ -19,6 +20,13 @@ std::vector<std::string> strategy_names()
 std::unique_ptr<Strategy> make_strategy(const Topology& topology, const Device& device, Model& model,
 					const OptimizerConfig& optimizer, const StrategyOptions& options)
 {
+	// A program that builds a strategy itself gets the same check as the trainer's.
+	RunFingerprint f;
+	describe(f, options);
+	describe(f, optimizer);
+	describe(f, model, device);
+	describe_build(f);
+	check_run_agreement(topology.world(), f);
 	if (options.ema_decay)
 		VariableAverages::check_decay(*options.ema_decay);
 	if (options.name == "replicated") {

@@ -16,6 +16,7 @@
 #include "runtime/base/error.h"
 #include "runtime/base/gather.h"
 #include "runtime/base/mpi_check.h"
+#include "runtime/base/watched_wait.h"
 
 namespace tower::timeline {
 
@@ -249,7 +250,9 @@ void start(MPI_Comm comm, const std::string& path)
 		}
 		throw;
 	}
-	TOWER_MPI(MPI_Barrier(comm));
+	MPI_Request request = MPI_REQUEST_NULL;
+	TOWER_MPI(MPI_Ibarrier(comm, &request));
+	wait_request(request, {"timeline start", comm});
 	std::lock_guard lock(r.mutex);
 	r.origin = Clock::now();
 	r.last_flush = r.origin;

@@ -13,8 +13,10 @@
 #include "runtime/base/agree.h"
 #include "runtime/base/error.h"
 #include "runtime/base/memory.h"
+#include "runtime/base/collective_debug.h"
 #include "runtime/base/mpi_check.h"
 #include "runtime/detached_strategy.h"
+#include "runtime/base/watched_wait.h"
 #include "runtime/evaluate.h"
 #include "runtime/metrics_log.h"
 #include "runtime/progress.h"
@@ -47,6 +49,22 @@ MetricsLog open_metrics(MPI_Comm comm, int rank, const std::string& path)
 	return log;
 }
 
+// Every rank runs the same configuration on the same data with the same build: checked before
+// the run's first collective, so a difference is an error naming it rather than a hang.
+bool check_agreement(const Topology& topology, const Device& device, Model& model, const Dataset& train,
+		     const Dataset& test, const TrainerConfig& c)
+{
+	RunFingerprint f;
+	describe(f, c);
+	describe(f, model, device);
+	describe(f, train, "training");
+	describe(f, test, "test");
+	describe_build(f);
+	f.append(c.program_fields);
+	check_run_agreement(topology.world(), f);
+	return true;
+}
+
 // Optimizer steps in one epoch: each consumes `accumulate` of the sampler's micro-batches.
 int64_t updates_per_epoch(const TrainerConfig& c, int64_t micro_steps_per_epoch)
 {
@@ -73,13 +91,17 @@ ScheduleConfig schedule_for(const TrainerConfig& c, int64_t total_steps)
 
 int64_t max_over_ranks(MPI_Comm comm, int64_t value)
 {
-	TOWER_MPI(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT64_T, MPI_MAX, comm));
+	MPI_Request request = MPI_REQUEST_NULL;
+	TOWER_MPI(MPI_Iallreduce(MPI_IN_PLACE, &value, 1, MPI_INT64_T, MPI_MAX, comm, &request));
+	wait_request(request, {"summary totals", comm});
 	return value;
 }
 
 int64_t sum_over_ranks(MPI_Comm comm, int64_t value)
 {
-	TOWER_MPI(MPI_Allreduce(MPI_IN_PLACE, &value, 1, MPI_INT64_T, MPI_SUM, comm));
+	MPI_Request request = MPI_REQUEST_NULL;
+	TOWER_MPI(MPI_Iallreduce(MPI_IN_PLACE, &value, 1, MPI_INT64_T, MPI_SUM, comm, &request));
+	wait_request(request, {"summary totals", comm});
 	return value;
 }
 
@@ -124,6 +146,7 @@ private:
 	TrainerConfig c_;
 	const Topology& topology_;
 	Device device_;
+	bool agreed_; // before anything collective: the ranks run the same configuration
 	MetricsLog metrics_;
 	timeline::Recording timeline_; // started before the strategy is built: spans there are recorded too
 	const Dataset& train_;
@@ -153,7 +176,8 @@ private:
 
 Trainer::Run::Run(const Topology& topology, const Device& device, Model& model, const Dataset& train,
 		  const Dataset& test, const TrainerConfig& c)
-	: c_(c), topology_(topology), device_(device), metrics_(open_metrics(topology.world(), topology.rank(), c.metrics_path)),
+	: c_(c), topology_(topology), device_(device), agreed_(check_agreement(topology, device, model, train, test, c)),
+	  metrics_(open_metrics(topology.world(), topology.rank(), c.metrics_path)),
 	  timeline_(topology.world(), c.timeline_path),
 	  train_(train), test_(test), strategy_(make_strategy(topology, device, model, c.optimizer, c.strategy)),
 	  facts_(strategy_->facts()),
@@ -179,6 +203,7 @@ void Trainer::Run::train_step(int epoch, int64_t update_in_epoch)
 	timeline::Span span("step", "step"); // the whole update, logging and replica checks included
 	span.arg("step", step_ + 1);
 	lr_ = schedule_.lr(step_);
+	set_wait_step(step_);
 	const auto start = Clock::now();
 	StepStats s;
 	if (strategy_->is_worker()) {
@@ -285,7 +310,10 @@ nlohmann::json Trainer::Run::strategy_metrics() const
 void Trainer::Run::log_window()
 {
 	double sums[2] = {window_.loss, static_cast<double>(window_.worker_steps)};
-	TOWER_MPI(MPI_Allreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, topology_.world()));
+	check_collective(topology_.world(), {"loss all-reduce", sizeof sums, DType::f64});
+	MPI_Request request = MPI_REQUEST_NULL;
+	TOWER_MPI(MPI_Iallreduce(MPI_IN_PLACE, sums, 2, MPI_DOUBLE, MPI_SUM, topology_.world(), &request));
+	wait_request(request, {"loss of the logging window", topology_.world()});
 	const double loss = sums[1] > 0 ? sums[0] / sums[1] : 0.0;
 	const double elapsed = seconds_since(window_.start);
 	const auto window_steps = static_cast<double>(window_.updates);
@@ -358,7 +386,9 @@ nlohmann::json Trainer::Run::finish()
 {
 	// A dedicated server holds no whole model and reports 0: rank 0 prints the workers' hash.
 	uint64_t hash = strategy_->check_replicas();
-	TOWER_MPI(MPI_Allreduce(MPI_IN_PLACE, &hash, 1, MPI_UINT64_T, MPI_MAX, topology_.world()));
+	MPI_Request request = MPI_REQUEST_NULL;
+	TOWER_MPI(MPI_Iallreduce(MPI_IN_PLACE, &hash, 1, MPI_UINT64_T, MPI_MAX, topology_.world(), &request));
+	wait_request(request, {"summary: replica hash", topology_.world()});
 	// Steps before a resume took no time in this run; detached strategies count what was applied.
 	const double samples_per_s = detached_totals_.is_null()
 		? static_cast<double>((step_ - resumed_step_) * samples_per_step()) / std::max(train_s_, 1e-9)

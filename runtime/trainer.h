@@ -14,6 +14,7 @@
 #include "runtime/base/device.h"
 #include "runtime/base/topology.h"
 #include "runtime/checkpoint.h"
+#include "runtime/run_fingerprint.h"
 #include "runtime/strategy.h"
 
 namespace tower {
@@ -35,6 +36,9 @@ struct TrainerConfig {
 	CheckpointConfig checkpoint; // docs/checkpoints.md
 	// Written into the summary as they are, so a run's log says what ran.
 	nlohmann::json labels;
+	// The calling program's own options that every rank must share (tower train adds its model
+	// options); compared with the rest of the run before its first collective.
+	RunFingerprint program_fields;
 };
 
 // Trains `model` on `train` (and evaluates on `test` when it holds samples). Construction is

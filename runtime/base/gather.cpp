@@ -2,6 +2,7 @@
 #include "runtime/base/gather.h"
 
 #include "runtime/base/mpi_check.h"
+#include "runtime/base/watched_wait.h"
 
 namespace tower {
 
@@ -12,7 +13,9 @@ std::vector<std::string> gather_strings(MPI_Comm comm, const std::string& text, 
 	MPI_Comm_size(comm, &size);
 	int length = static_cast<int>(text.size());
 	std::vector<int> lengths(rank == root ? static_cast<size_t>(size) : 0);
-	TOWER_MPI(MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, root, comm));
+	MPI_Request request = MPI_REQUEST_NULL;
+	TOWER_MPI(MPI_Igather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, root, comm, &request));
+	wait_request(request, {"string gather", comm});
 	std::vector<int> offsets(lengths.size());
 	int total = 0;
 	for (size_t r = 0; r < lengths.size(); ++r) {
@@ -20,8 +23,9 @@ std::vector<std::string> gather_strings(MPI_Comm comm, const std::string& text, 
 		total += lengths[r];
 	}
 	std::string all(static_cast<size_t>(total), '\0');
-	TOWER_MPI(MPI_Gatherv(text.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(),
-			      MPI_CHAR, root, comm));
+	TOWER_MPI(MPI_Igatherv(text.data(), length, MPI_CHAR, all.data(), lengths.data(), offsets.data(), MPI_CHAR,
+			       root, comm, &request));
+	wait_request(request, {"string gather", comm});
 	std::vector<std::string> out;
 	for (size_t r = 0; r < lengths.size(); ++r)
 		out.push_back(all.substr(static_cast<size_t>(offsets[r]), static_cast<size_t>(lengths[r])));

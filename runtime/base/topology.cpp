@@ -4,8 +4,10 @@
 #include <cstdlib>
 #include <string>
 
+#include "runtime/base/arrival_table.h"
 #include "runtime/base/error.h"
 #include "runtime/base/mpi_check.h"
+#include "runtime/base/watched_wait.h"
 
 namespace tower {
 
@@ -57,6 +59,8 @@ Topology::Topology(MPI_Comm world, std::optional<int> ranks_per_node) : world_(w
 {
 	TOWER_MPI(MPI_Comm_rank(world, &rank_));
 	TOWER_MPI(MPI_Comm_size(world, &size_));
+	// Stall reports read where this host's ranks wait (the first Topology over every rank maps the table).
+	join_arrival_table(world);
 
 	// The ranks that really share this host's memory, whatever grouping is simulated.
 	MPI_Comm host = MPI_COMM_NULL;
@@ -87,7 +91,9 @@ Topology::Topology(MPI_Comm world, std::optional<int> ranks_per_node) : world_(w
 		TOWER_MPI(MPI_Comm_size(leaders.get(), &node_count_));
 	}
 	int node_info[2] = {node_, node_count_};
-	TOWER_MPI(MPI_Bcast(node_info, 2, MPI_INT, 0, node_comm_.get()));
+	MPI_Request request = MPI_REQUEST_NULL;
+	TOWER_MPI(MPI_Ibcast(node_info, 2, MPI_INT, 0, node_comm_.get(), &request));
+	wait_request(request, {"topology setup", node_comm_.get()});
 	node_ = node_info[0];
 	node_count_ = node_info[1];
 
@@ -101,7 +107,8 @@ Topology::Topology(MPI_Comm world, std::optional<int> ranks_per_node) : world_(w
 		int shared_size = 0;
 		TOWER_MPI(MPI_Comm_size(shared, &shared_size));
 		int local = shared_size == local_size_ ? 1 : 0, all = 0;
-		TOWER_MPI(MPI_Allreduce(&local, &all, 1, MPI_INT, MPI_MIN, node_comm_.get()));
+		TOWER_MPI(MPI_Iallreduce(&local, &all, 1, MPI_INT, MPI_MIN, node_comm_.get(), &request));
+		wait_request(request, {"topology setup", node_comm_.get()});
 		node_shares_memory_ = all == 1;
 	}
 }

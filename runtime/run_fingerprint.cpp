@@ -1,0 +1,174 @@
+// What must be equal on every rank of a run, as named fields, and the check that it is.
+#include "runtime/run_fingerprint.h"
+
+#include <fmt/ranges.h>
+
+#include "models/data/fashion_mnist.h"
+#include "models/model.h"
+#include "optim/optimizer.h"
+#include "optim/schedule.h"
+#include "runtime/base/collective_debug.h"
+#include "runtime/base/content_hash.h"
+#include "runtime/base/device.h"
+#include "runtime/strategy.h"
+#include "runtime/trainer.h"
+#include "tower_config.h"
+
+namespace tower {
+
+namespace {
+
+const char* loss_scale_name(const LossScaleOptions& o)
+{
+	switch (o.mode) {
+	case LossScaleMode::none: return "none";
+	case LossScaleMode::fixed: return "static";
+	case LossScaleMode::dynamic: return o.policy == LossScalePolicy::growth ? "dynamic:growth" : "dynamic:log2";
+	}
+	return "unknown";
+}
+
+std::string groups_text(const GroupAssignment& groups)
+{
+	std::vector<std::string> parts;
+	for (const auto& g : groups)
+		parts.push_back(fmt::format("{}", fmt::join(g, ",")));
+	return fmt::format("'{}'", fmt::join(parts, ";"));
+}
+
+} // namespace
+
+void describe(RunFingerprint& f, const OptimizerConfig& o)
+{
+	f.add("--optimizer", o.name);
+	f.add("--momentum", o.momentum);
+	f.add("--nesterov", o.nesterov);
+	f.add("adam beta1", o.beta1);
+	f.add("adam beta2", o.beta2);
+	f.add("adam epsilon", o.epsilon);
+	f.add("--weight-decay", o.weight_decay);
+}
+
+void describe(RunFingerprint& f, const ScheduleConfig& s)
+{
+	f.add("--schedule", s.name);
+	f.add("--lr", s.base_lr);
+	f.add("--step-size", s.step_size);
+	f.add("--gamma", s.gamma);
+	f.add("--warmup-steps", s.warmup_steps);
+	f.add("schedule total steps", s.total_steps);
+	f.add("schedule min lr", s.min_lr);
+}
+
+void describe(RunFingerprint& f, const StrategyOptions& s)
+{
+	const ReplicatedOptions& r = s.replicated;
+	f.add("--strategy", s.name);
+	f.add("--allreduce", all_reduce_mode_name(r.mode));
+	f.add("--reduce", reduce_op_name(r.reduce));
+	f.add("--fusion-mb", r.fusion_mb);
+	f.add("--overlap", r.overlap);
+	f.add("--groups", groups_text(r.groups));
+	f.add("all-reduce chunk bytes", r.all_reduce.chunk_bytes);
+	f.add("--deterministic", r.all_reduce.deterministic);
+	f.add("--compress", dtype_name(r.compress));
+	f.add("--loss-scale", loss_scale_name(r.loss_scale));
+	f.add("static loss scale", r.loss_scale.fixed_scale);
+	f.add("--loss-scale-init", r.loss_scale.log2_init);
+	f.add("--loss-scale-inc", r.loss_scale.log2_inc);
+	f.add("--loss-scale-dec", r.loss_scale.log2_dec);
+	f.add("growth loss scale init", r.loss_scale.growth_log2_init);
+	f.add("growth loss scale interval", r.loss_scale.growth_interval);
+	f.add("--shard-update", r.shard_update);
+	f.add("--inject-nonfinite", fmt::format("{}:{}", r.inject_nonfinite_step + 1, r.inject_nonfinite_rank));
+	f.add("--ps-ranks", s.ps_ranks);
+	f.add("--ema-decay", s.ema_decay ? fmt::format("{}", *s.ema_decay) : std::string("none"));
+	f.add("--replicas-to-aggregate", s.replicas_to_aggregate);
+	f.add("--async-scale", s.async_scale);
+	f.add("--inject-delay", fmt::format("{}:{}", s.inject_delay_rank, s.inject_delay_ms));
+}
+
+void describe(RunFingerprint& f, const TrainerConfig& c)
+{
+	describe(f, c.optimizer);
+	describe(f, c.schedule);
+	describe(f, c.strategy);
+	f.add("--epochs", c.epochs);
+	f.add("--batch", c.batch);
+	f.add("--accumulate", c.accumulate);
+	f.add("--max-steps", c.max_steps);
+	f.add("--seed (data order)", c.data_seed);
+	// Each of these paces a collective: the loss of the logging window, the replica check,
+	// the evaluation.
+	f.add("--log-every", c.log_every);
+	f.add("--eval-every", c.eval_every);
+	f.add("--check-every", c.check_every);
+	// Checkpoints are written and verified together, and the timeline is merged on rank 0: a rank
+	// without them would leave the others waiting. Their paths may differ (listed below).
+	f.add("checkpoints", !c.checkpoint.dir.empty());
+	f.add("--checkpoint-every", c.checkpoint.every);
+	f.add("--keep-checkpoints", c.checkpoint.keep);
+	f.add("--resume", c.checkpoint.resume);
+	f.add("timeline", !c.timeline_path.empty());
+}
+
+void describe(RunFingerprint& f, Model& model, const Device& device)
+{
+	std::string signature;
+	int64_t elements = 0;
+	const auto parameters = model.parameters();
+	for (const Parameter* p : parameters) {
+		signature += fmt::format("{} {} {};", p->name, dtype_name(p->value.dtype()), shape_text(p->value.shape()));
+		elements += p->value.numel();
+	}
+	f.add("model", fmt::format("{} tensors, {} elements, signature {:016x}", parameters.size(), elements,
+				   content_hash(signature.data(), signature.size())));
+	f.add("device kind", device.is_cuda() ? "cuda" : "cpu");
+}
+
+void describe(RunFingerprint& f, const Dataset& data, std::string_view split)
+{
+	uint64_t h = content_hash(data.images.data(), data.images.size() * sizeof(float));
+	h = content_hash(data.labels.data(), data.labels.size() * sizeof(int32_t), h);
+	f.add(fmt::format("{} data", split),
+	      fmt::format("{} samples of {}x{}, checksum {:016x}", data.count, data.rows, data.cols, h));
+}
+
+void describe_build(RunFingerprint& f)
+{
+	f.add("tower version", TOWER_VERSION);
+	f.add("tower build", fmt::format("cuda {}, compiler {}", TOWER_HAVE_CUDA ? "on" : "off", __VERSION__));
+	// Ranks linked against different MPI libraries may not even agree on the wire.
+	char library[MPI_MAX_LIBRARY_VERSION_STRING] = {};
+	int length = 0;
+	MPI_Get_library_version(library, &length);
+	const std::string text(library, static_cast<size_t>(length));
+	f.add("MPI library", text.substr(0, text.find_first_of(",\n")));
+	// On for one rank only, the check's messages would meet nothing on the others.
+	f.add("--debug-collectives", collective_debug());
+}
+
+const std::vector<std::string>& options_that_may_differ()
+{
+	static const std::vector<std::string> list = {
+		"--metrics: only rank 0 writes the metrics file",
+		"--timeline: each rank writes its own part; only whether there is one is compared",
+		"--checkpoint-dir, --resume PATH: a shared directory may be mounted elsewhere on each node; "
+		"whether checkpoints are on is compared, and resume checks the files' own identity",
+		"--data: the directory may be mounted elsewhere on each node; the data's contents are compared",
+		"--device: auto and an explicit choice may pick the same device; the device kind is compared",
+		"--stall-warn, --stall-abort: each rank's own patience; no rank waits on another's setting",
+		"progress display: rank 0 alone prints, as a live line on a terminal and plain lines otherwise",
+		"summary labels (TrainerConfig::labels): written into the summary as they are, computing nothing",
+	};
+	return list;
+}
+
+void check_run_agreement(MPI_Comm comm, const RunFingerprint& mine)
+{
+	agree_on_fields(comm, mine.fields(),
+			"the ranks of this job were started with different options (start every rank with the same "
+			"command line and data)");
+}
+
+} // namespace tower

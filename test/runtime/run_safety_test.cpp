@@ -1,0 +1,204 @@
+// Run safety in the library: the run agreement, collective fingerprints and the watched wait.
+#include <doctest/doctest.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "collectives/communicator.h"
+#include "models/model_factory.h"
+#include "runtime/base/collective_debug.h"
+#include "runtime/base/error.h"
+#include "runtime/base/watched_wait.h"
+#include "runtime/run_fingerprint.h"
+#include "runtime/strategy.h"
+#include "runtime/trainer.h"
+#include "test/harness/mpi_main.h"
+#include "test/runtime/training_fixture.h"
+
+using namespace tower;
+using tower::test::world;
+
+namespace {
+
+int last_rank()
+{
+	return world().size() - 1;
+}
+
+// "rank 0", "ranks 0, 1", ...: every rank but the last, as the agreement names them.
+std::string all_but_last()
+{
+	std::vector<int> ranks;
+	for (int r = 0; r < last_rank(); ++r)
+		ranks.push_back(r);
+	return fmt::format("{} {}", ranks.size() == 1 ? "rank" : "ranks", fmt::join(ranks, ", "));
+}
+
+// The error every rank raised, or "" when none.
+template <typename Fn> std::string agreed_error(Fn&& fn)
+{
+	try {
+		fn();
+	} catch (const AgreedError& e) {
+		return e.what();
+	}
+	return "";
+}
+
+bool contains(const std::string& text, const std::string& part)
+{
+	return text.find(part) != std::string::npos;
+}
+
+} // namespace
+
+TEST_CASE("agree_on_fields names each differing field with its value per rank, equal ranks together")
+{
+	const bool odd = world().rank() == last_rank() && world().size() > 1;
+	const std::vector<AgreedField> fields = {{"--lr", odd ? "0.01" : "0.05"}, {"--batch", "32"}};
+	const std::string message = agreed_error([&] { agree_on_fields(world().comm(), fields, "options differ"); });
+	if (world().size() == 1) {
+		CHECK(message.empty());
+		return;
+	}
+	CHECK(message == "options differ: --lr is 0.05 on " + all_but_last() + " and 0.01 on rank " +
+				 std::to_string(last_rank()));
+}
+
+TEST_CASE("a field only some ranks send is reported as absent on the others")
+{
+	std::vector<AgreedField> fields = {{"--batch", "32"}};
+	if (world().rank() == 0)
+		fields.push_back({"--replicas-to-aggregate", "2"});
+	const std::string message = agreed_error([&] { agree_on_fields(world().comm(), fields, "options differ"); });
+	if (world().size() > 1)
+		CHECK(contains(message, "--replicas-to-aggregate is 2 on rank 0 and (absent) on rank"));
+}
+
+TEST_CASE("make_strategy in a program of one's own refuses ranks with different optimizer options")
+{
+	const Topology topology(world().comm(), std::nullopt);
+	const Device cpu;
+	auto model = make_model({"mlp", 32, 1, 7}, cpu);
+	OptimizerConfig optimizer;
+	optimizer.momentum = world().rank() == last_rank() ? 0.5f : 0.9f;
+	const std::string message =
+		agreed_error([&] { make_strategy(topology, cpu, *model, optimizer, StrategyOptions{}); });
+	if (world().size() == 1) {
+		CHECK(message.empty());
+		return;
+	}
+	CHECK(contains(message, "started with different options"));
+	CHECK(contains(message, "--momentum is 0.9 on rank"));
+	CHECK(contains(message, fmt::format("0.5 on rank {}", last_rank())));
+}
+
+TEST_CASE("the trainer refuses ranks with different batches, learning rates or data, naming each")
+{
+	const Topology topology(world().comm(), std::nullopt);
+	const Device cpu;
+	auto model = make_model({"mlp", 32, 1, 7}, cpu);
+	const bool odd = world().rank() == last_rank();
+	const Dataset train = tower::test::synthetic_dataset(odd ? 300 : 200);
+	const Dataset test;
+	TrainerConfig config;
+	config.batch = odd ? 16 : 8;
+	config.schedule.base_lr = odd ? 0.01f : 0.05f;
+	config.max_steps = 2;
+	config.eval_every = 0;
+	const std::string message = agreed_error([&] { Trainer trainer(topology, cpu, *model, train, test, config); });
+	if (world().size() == 1) {
+		CHECK(message.empty());
+		return;
+	}
+	CHECK(contains(message, fmt::format("--batch is 8 on {} and 16 on rank {}", all_but_last(), last_rank())));
+	CHECK(contains(message, fmt::format("0.01 on rank {}", last_rank())));
+	CHECK(contains(message, "training data is 200 samples"));
+}
+
+TEST_CASE("the options that may differ are not compared")
+{
+	RunFingerprint f;
+	describe(f, TrainerConfig{});
+	describe_build(f);
+	for (const auto& may : options_that_may_differ()) {
+		const std::string flag = may.substr(0, may.find(':'));
+		for (const auto& [name, value] : f.fields())
+			CHECK_MESSAGE(!contains(flag, name), name, " is compared but listed as one that may differ");
+	}
+}
+
+TEST_CASE("--debug-collectives: a rank calling another collective is an error on every rank naming both")
+{
+	if (world().size() == 1)
+		return;
+	const auto comm = make_communicator(world().comm(), Device{});
+	std::vector<float> data(16, 1.0f), gathered(16 * static_cast<size_t>(world().size()));
+	set_collective_debug(true);
+	// Only the operation differs: the same bytes, dtype and group, no root.
+	const std::string message = agreed_error([&] {
+		if (world().rank() == last_rank())
+			comm->all_gather(data.data(), gathered.data(), data.size(), DType::f32);
+		else
+			comm->all_reduce(data.data(), data.data(), data.size(), DType::f32, ReduceOp::sum);
+	});
+	// A different root is a mismatch too.
+	const std::string roots = agreed_error(
+		[&] { comm->broadcast(data.data(), data.size(), DType::f32, world().rank() == last_rank() ? 1 : 0); });
+	set_collective_debug(false);
+	CHECK(contains(message, "collective mismatch"));
+	CHECK(contains(message, fmt::format("rank {} calls #1 all-gather of 64 bytes of f32, group of {}", last_rank(),
+					    world().size())));
+	CHECK(contains(message, "#1 all-reduce of 64 bytes of f32"));
+	CHECK(contains(roots, fmt::format("rank {} calls #2 broadcast of 64 bytes of f32, root 1", last_rank())));
+}
+
+TEST_CASE("--debug-collectives passes matching collectives and leaves their results alone")
+{
+	const auto comm = make_communicator(world().comm(), Device{});
+	std::vector<float> data(16, 1.0f);
+	set_collective_debug(true);
+	CHECK_NOTHROW(comm->all_reduce(data.data(), data.data(), data.size(), DType::f32, ReduceOp::sum));
+	CHECK_NOTHROW(comm->broadcast(data.data(), data.size(), DType::f32, 0));
+	set_collective_debug(false);
+	CHECK(data[0] == static_cast<float>(world().size()));
+}
+
+TEST_CASE("a watched wait returns when its condition holds, after the back-off too")
+{
+	std::atomic<bool> ready{false};
+	std::thread later([&] {
+		std::this_thread::sleep_for(std::chrono::milliseconds(60));
+		ready = true;
+	});
+	const auto start = std::chrono::steady_clock::now();
+	wait_until([&] { return ready.load(); }, {"test wait"});
+	const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+	later.join();
+	CHECK(ready.load());
+	CHECK(waited >= 0.05);
+}
+
+TEST_CASE("a stall report names the ranks that have not arrived")
+{
+	const auto missing = [] { return std::vector<int>{last_rank()}; };
+	const std::string report = describe_stall({"node barrier", world().comm()}, 61.0, missing);
+	CHECK(contains(report, "stall: waited 61.0 s in node barrier"));
+	CHECK(contains(report, fmt::format("not arrived: rank {} (", last_rank())));
+	const std::string peer = describe_stall({"ring all-reduce", world().comm(), 0, "step", 2}, 5.0);
+	CHECK(contains(peer, "ring all-reduce step 2"));
+	CHECK(contains(peer, "for a message from rank 0"));
+}
+
+TEST_CASE("stall limits refuse negative values and a warning after the abort")
+{
+	CHECK_THROWS_AS(set_stall_limits({-1, 600}), AgreedError);
+	CHECK_THROWS_AS(set_stall_limits({700, 600}), AgreedError);
+	CHECK_NOTHROW(set_stall_limits({700, 0}));
+	CHECK_NOTHROW(set_stall_limits({60, 600}));
+	CHECK(stall_limits().warn_s == 60);
+}
