@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/command.h"
+#include "cli/option_style.h"
 #include "cli/run_guarded.h"
 #include "models/cpu/blas_kernel.h"
 #include "tower_config.h"
@@ -23,6 +24,7 @@ int main(int argc, char** argv)
 		tower::cli::add_bench_command(app),
 		tower::cli::add_train_command(app),
 	};
+	tower::cli::apply_option_style(app);
 
 	try {
 		app.parse(argc, argv);
