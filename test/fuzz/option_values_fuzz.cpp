@@ -1,4 +1,4 @@
-// libFuzzer target: the small parsers of option values (range checks, names, TOWER_RANKS_PER_NODE).
+// libFuzzer target: the small parsers of option values (range checks, names, schedules, TOWER_RANKS_PER_NODE).
 #include <cfloat>
 #include <cstdint>
 #include <cstdlib>
@@ -8,6 +8,8 @@
 #include "collectives/all_reduce.h"
 #include "collectives/reduce_op.h"
 #include "models/model_factory.h"
+#include "optim/optimizer.h"
+#include "optim/schedule.h"
 #include "runtime/base/device.h"
 #include "runtime/base/dtype.h"
 #include "runtime/base/error.h"
@@ -37,6 +39,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size)
 	either_parses_or_refuses([&] { tower::parse_all_reduce_mode(text); });
 	either_parses_or_refuses([&] { tower::parse_precision(text); });
 	either_parses_or_refuses([&] { tower::parse_device_preference(text); });
+	either_parses_or_refuses([&] {
+		tower::ScheduleConfig schedule;
+		schedule.name = text;
+		tower::make_schedule(schedule);
+	});
+	either_parses_or_refuses([&] {
+		tower::OptimizerConfig optimizer;
+		optimizer.name = text;
+		tower::make_optimizer(optimizer, {});
+	});
 	if (text.find('\0') == std::string::npos) {
 		setenv("TOWER_RANKS_PER_NODE", text.c_str(), 1);
 		either_parses_or_refuses([] {
