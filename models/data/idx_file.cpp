@@ -101,11 +101,12 @@ int64_t data_bytes(const std::vector<int64_t>& dims, const std::string& path)
 	return total;
 }
 
-// Reads up to `bytes` of data into `out`, growing it as the data arrives: a corrupt header that
-// claims gigabytes costs memory only for the bytes the file really holds.
+// Reads up to `bytes` of data into `out`, growing it as the data arrives (1 MiB, then doubling up
+// to 64 MiB a read): a corrupt header that claims gigabytes costs memory only for about twice
+// the bytes the file really holds.
 size_t read_data(gzFile f, const std::string& path, size_t bytes, std::vector<uint8_t>* out)
 {
-	constexpr size_t chunk = size_t{64} << 20;
+	size_t chunk = size_t{1} << 20;
 	while (out->size() < bytes) {
 		const size_t have = out->size(), want = std::min(bytes - have, chunk);
 		out->resize(have + want);
@@ -114,6 +115,7 @@ size_t read_data(gzFile f, const std::string& path, size_t bytes, std::vector<ui
 			out->resize(have + got);
 			break;
 		}
+		chunk = std::min(chunk * 2, size_t{64} << 20);
 	}
 	return out->size();
 }
