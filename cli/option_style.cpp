@@ -4,7 +4,6 @@
 #include <cfloat>
 #include <cmath>
 #include <memory>
-#include <regex>
 
 #include <fmt/format.h>
 
@@ -60,16 +59,18 @@ void restate_range(const CLI::Option& option, CLI::Validator& validator, double 
 // CLI::PositiveNumber and CLI::NonNegativeNumber, "TYPE in [LOW - HIGH]" for CLI::Range(LOW, HIGH).
 void restate_range_check(const CLI::Option& option, CLI::Validator& validator)
 {
-	static const std::regex described(R"(^\S+ in \[(\S+) - (\S+)\]$)");
 	const std::string description = validator.get_description();
-	std::smatch m;
-	double low = 0, high = 0;
 	if (description == "POSITIVE")
-		restate_range(option, validator, 0, DBL_MAX, true);
-	else if (description == "NONNEGATIVE")
-		restate_range(option, validator, 0, DBL_MAX, false);
-	else if (std::regex_match(description, m, described) && CLI::detail::lexical_cast(m[1].str(), low) &&
-		 CLI::detail::lexical_cast(m[2].str(), high))
+		return restate_range(option, validator, 0, DBL_MAX, true);
+	if (description == "NONNEGATIVE")
+		return restate_range(option, validator, 0, DBL_MAX, false);
+	const size_t open = description.find(" in ["), dash = description.find(" - ", open);
+	if (open == std::string::npos || dash == std::string::npos || !description.ends_with("]"))
+		return;
+	const std::string low_text = description.substr(open + 5, dash - open - 5);
+	const std::string high_text = description.substr(dash + 3, description.size() - dash - 4);
+	double low = 0, high = 0;
+	if (CLI::detail::lexical_cast(low_text, low) && CLI::detail::lexical_cast(high_text, high))
 		restate_range(option, validator, low, high, false);
 }
 
