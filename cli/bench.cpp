@@ -1,6 +1,7 @@
 // tower bench: nccl-tests-style tables for all-reduce modes and the communicator's collectives.
 #include "cli/bench.h"
 
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -228,15 +229,18 @@ size_t parse_bytes(const std::string& text)
 {
 	size_t used = 0;
 	unsigned long long value = 0;
-	try {
-		value = std::stoull(text, &used);
-	} catch (const std::exception&) {
-		used = 0;
+	// std::stoull also takes leading blanks and signs ("-1" is 2^64 - 1): digits come first here.
+	if (!text.empty() && text[0] >= '0' && text[0] <= '9') {
+		try {
+			value = std::stoull(text, &used);
+		} catch (const std::exception&) {
+			used = 0;
+		}
 	}
 	const std::string suffix = used ? text.substr(used) : "";
 	const int shift = suffix == "" ? 0 : suffix == "K" ? 10 : suffix == "M" ? 20 : suffix == "G" ? 30 : -1;
-	if (!used || shift < 0)
-		throw AgreedError(fmt::format("size '{}' is not a byte count like 8, 4K, 256M or 1G", text));
+	if (!used || shift < 0 || value > (SIZE_MAX >> shift))
+		throw AgreedError(fmt::format("size '{}' is not a byte count like 8, 4K, 256M or 1G (at most 2^64 - 1)", text));
 	return static_cast<size_t>(value) << shift;
 }
 

@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include "cli/command.h"
+#include "cli/option_style.h"
 #include "cli/run_guarded.h"
 #include "tower_config.h"
 
@@ -21,6 +22,7 @@ int main(int argc, char** argv)
 		tower::cli::add_train_command(app),
 	};
 	const tower::cli::LocalCommand plot = tower::cli::add_plot_command(app);
+	tower::cli::apply_option_style(app);
 
 	try {
 		app.parse(argc, argv);

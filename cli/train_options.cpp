@@ -10,8 +10,6 @@
 
 namespace tower::cli {
 
-namespace {
-
 // "0,1;2,3" -> {{0, 1}, {2, 3}}; the assignment itself is validated by the all-reduce.
 GroupAssignment parse_groups(const std::string& text)
 {
@@ -65,6 +63,8 @@ void parse_injection(const std::string& text, int world_size, ReplicatedOptions*
 	o->inject_nonfinite_step = step - 1;
 	o->inject_nonfinite_rank = static_cast<int>(rank);
 }
+
+namespace {
 
 // "RANK:MS": a straggler for tests, demos and benchmarks.
 void parse_delay(const std::string& text, int world_size, StrategyOptions* o)

@@ -11,4 +11,12 @@ namespace tower::cli {
 // to the chosen strategy (every rank parses the same command line).
 TrainerConfig trainer_config(const TrainConfig& c, int world_size, const Device& device);
 
+// --groups "0,1;2,3" -> {{0, 1}, {2, 3}} ("" -> no groups); throws tower::AgreedError for a member
+// that is not a rank number. Whether the groups fit the job is validate_group_assignment's call.
+GroupAssignment parse_groups(const std::string& text);
+
+// --inject-nonfinite "STEP[:RANK]" (STEP from 1, RANK 0 by default) into o's injection fields;
+// throws tower::AgreedError unless STEP >= 1 and RANK < world_size.
+void parse_injection(const std::string& text, int world_size, ReplicatedOptions* o);
+
 } // namespace tower::cli

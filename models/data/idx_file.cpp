@@ -101,6 +101,25 @@ int64_t data_bytes(const std::vector<int64_t>& dims, const std::string& path)
 	return total;
 }
 
+// Reads up to `bytes` of data into `out`, growing it as the data arrives (1 MiB, then doubling up
+// to 64 MiB a read): a corrupt header that claims gigabytes costs memory only for about twice
+// the bytes the file really holds.
+size_t read_data(gzFile f, const std::string& path, size_t bytes, std::vector<uint8_t>* out)
+{
+	size_t chunk = size_t{1} << 20;
+	while (out->size() < bytes) {
+		const size_t have = out->size(), want = std::min(bytes - have, chunk);
+		out->resize(have + want);
+		const size_t got = read_some(f, path, out->data() + have, want);
+		if (got < want) {
+			out->resize(have + got);
+			break;
+		}
+		chunk = std::min(chunk * 2, size_t{64} << 20);
+	}
+	return out->size();
+}
+
 } // namespace
 
 IdxArray read_idx(const std::string& path, int expected_rank)
@@ -109,8 +128,7 @@ IdxArray read_idx(const std::string& path, int expected_rank)
 	IdxArray array;
 	array.dims = read_dims(f.get(), path, expected_rank);
 	const auto bytes = static_cast<size_t>(data_bytes(array.dims, path));
-	array.data.resize(bytes);
-	const size_t got = read_some(f.get(), path, array.data.data(), bytes);
+	const size_t got = read_data(f.get(), path, bytes, &array.data);
 	if (got != bytes)
 		throw Error(fmt::format("IDX file {} is truncated: dimensions [{}] need {} bytes of data but only {} follow",
 					path, fmt::join(array.dims, ", "), bytes, got));

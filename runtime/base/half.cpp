@@ -9,15 +9,26 @@
 
 namespace tower {
 
+// With F16C the scalar conversions are its instructions (clang before 15 has no _Float16 on x86,
+// and the fuzzing build uses clang 14); otherwise _Float16, the compiler's IEEE binary16. Both are
+// exact from f16 and round to nearest even into it.
 float f16_to_f32(uint16_t bits)
 {
-	// _Float16 is the compiler's IEEE binary16; the conversion is exact in this direction.
+#if defined(__F16C__)
+	return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits)));
+#else
 	return static_cast<float>(std::bit_cast<_Float16>(bits));
+#endif
 }
 
 uint16_t f32_to_f16(float value)
 {
+#if defined(__F16C__)
+	return static_cast<uint16_t>(
+		_mm_extract_epi16(_mm_cvtps_ph(_mm_set_ss(value), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), 0));
+#else
 	return std::bit_cast<uint16_t>(static_cast<_Float16>(value));
+#endif
 }
 
 namespace {

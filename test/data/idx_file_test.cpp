@@ -6,6 +6,7 @@
 #include <doctest/doctest.h>
 
 #include "models/data/idx_file.h"
+#include "runtime/base/memory_host.h"
 #include "runtime/base/error.h"
 #include "test/data/idx_fixture.h"
 #include "test/harness/mpi_main.h"
@@ -163,6 +164,20 @@ TEST_CASE("dimensions that disagree with the data, are zero, or are absurdly lar
 	huge.dims = {65536, 65536, 65536};
 	CHECK(contains(error_reading(dir, test::idx_bytes(huge)),
 		       "claims dimensions [65536, 65536, 65536], over 17179869184 bytes"));
+}
+
+// The reader once sized its buffer from the header alone, so 24 bytes of data behind a header
+// claiming 1 GiB allocated and zeroed 1 GiB first (and libFuzzer's memory limit stopped on it).
+TEST_CASE("a header claiming far more data than the file holds costs no more memory than the file")
+{
+	TempDir dir;
+	IdxContent claims_a_gigabyte = cube();
+	claims_a_gigabyte.dims = {1024, 1024, 1024};
+	const size_t peak_before = host_peak_rss_bytes();
+	CHECK(contains(error_reading(dir, test::idx_bytes(claims_a_gigabyte)),
+		       "need 1073741824 bytes of data but only 24 follow"));
+	// Well under the gigabyte the header asked for, with room for the reader's 64 MiB chunk.
+	CHECK(host_peak_rss_bytes() < peak_before + (size_t{256} << 20));
 }
 
 TEST_CASE("a corrupt or truncated gzip stream is reported as such")

@@ -94,9 +94,13 @@ TEST_CASE("an epoch visits distinct samples and drops the incomplete last global
 	CHECK(s.steps_per_epoch() == 10);
 	std::set<int64_t> seen;
 	for (int ranks_seen = 0; ranks_seen < 2; ++ranks_seen)
-		for (int64_t step = 0; step < 10; ++step)
-			for (int64_t i : DistributedSampler(n, batch, ranks_seen, 2, seed).shard(0, step))
+		for (int64_t step = 0; step < 10; ++step) {
+			// shard() views the sampler's order, so the sampler must outlive the loop (a temporary
+			// here was freed before the loop read it; AddressSanitizer caught it).
+			DistributedSampler rank_sampler(n, batch, ranks_seen, 2, seed);
+			for (int64_t i : rank_sampler.shard(0, step))
 				seen.insert(i);
+		}
 	CHECK(seen.size() == 100);
 	CHECK_THROWS_AS(s.shard(0, 10), Error);
 }
