@@ -64,8 +64,6 @@ void parse_injection(const std::string& text, int world_size, ReplicatedOptions*
 	o->inject_nonfinite_rank = static_cast<int>(rank);
 }
 
-namespace {
-
 // "RANK:MS": a straggler for tests, demos and benchmarks.
 void parse_delay(const std::string& text, int world_size, StrategyOptions* o)
 {
@@ -96,6 +94,8 @@ void parse_delay(const std::string& text, int world_size, StrategyOptions* o)
 	o->inject_delay_rank = static_cast<int>(rank);
 	o->inject_delay_ms = ms;
 }
+
+namespace {
 
 void detached_options(const TrainConfig& c, int world_size, StrategyOptions* o)
 {

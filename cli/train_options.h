@@ -18,5 +18,7 @@ GroupAssignment parse_groups(const std::string& text);
 // --inject-nonfinite "STEP[:RANK]" (STEP from 1, RANK 0 by default) into o's injection fields;
 // throws tower::AgreedError unless STEP >= 1 and RANK < world_size.
 void parse_injection(const std::string& text, int world_size, ReplicatedOptions* o);
+// --inject-delay "RANK:MS": that rank sleeps MS ms in every step (stragglers for tests and benchmarks).
+void parse_delay(const std::string& text, int world_size, StrategyOptions* o);
 
 } // namespace tower::cli

@@ -12,6 +12,7 @@
 #include "runtime/base/mpi_check.h"
 #include "runtime/base/watched_wait.h"
 #include "runtime/replica_check.h"
+#include "runtime/timeline.h"
 
 namespace tower {
 
@@ -175,6 +176,7 @@ void DetachedStrategy::ask(size_t owner, int tag, const int64_t* min_step, Reply
 
 bool DetachedStrategy::fetch(std::vector<int64_t>* tags)
 {
+	timeline::Span span("fetch", "comm"); // the token from the chief, then every owner's values
 	// The chief's reply is the token: once it is granted, every other owner answers with the
 	// values of at least the same update, so no worker computes ahead of the global step.
 	ReplyHeader chief;
@@ -202,6 +204,8 @@ bool DetachedStrategy::fetch(std::vector<int64_t>* tags)
 
 void DetachedStrategy::push(const std::vector<int64_t>& tags, const ForwardResult& result, int64_t samples)
 {
+	timeline::Span span("push", "comm");
+	span.arg("tag", tags.empty() ? -1 : tags[0]);
 	std::vector<MPI_Request> requests(segments_.size());
 	for (size_t o = 0; o < segments_.size(); ++o) {
 		auto* head = reinterpret_cast<PushHeader*>(pushes_[o].data());
@@ -235,7 +239,12 @@ void DetachedStrategy::say_goodbye()
 ForwardResult DetachedStrategy::accumulate(const Tensor& images, const Tensor& labels)
 {
 	TOWER_CHECK(is_worker(), "rank {} serves variables only and has no batch to accumulate", rank_);
-	const ForwardResult result = model_->forward(images, labels);
+	ForwardResult result;
+	{
+		timeline::Span span("forward", "compute");
+		result = model_->forward(images, labels);
+	}
+	timeline::Span span("backward", "compute");
 	BackwardOptions backward;
 	backward.accumulate = micro_batches_ > 0;
 	model_->backward({}, backward);

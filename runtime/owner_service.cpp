@@ -11,6 +11,7 @@
 #include "runtime/backoff_wait.h"
 #include "runtime/base/error.h"
 #include "runtime/base/mpi_check.h"
+#include "runtime/timeline.h"
 
 namespace tower {
 
@@ -61,6 +62,7 @@ OwnerService::OwnerService(OwnerSetup setup) : s_(std::move(setup))
 
 void OwnerService::run()
 {
+	timeline::name_thread("owner");
 	const double cpu_start = thread_cpu_s(), wall_start = now_s();
 	const size_t largest = sizeof(PushHeader) + static_cast<size_t>(s_.count) * sizeof(float);
 	std::vector<int64_t> buffer((largest + sizeof(int64_t) - 1) / sizeof(int64_t) + 1);
@@ -148,6 +150,8 @@ void OwnerService::take_gradient(const PushHeader& h, const float* gradient)
 	counters_.loss_sum += h.loss;
 	const int64_t step = *s_.global_step;
 	if (step >= s_.target || !s_.rule->fresh(h.tag, step)) {
+		timeline::Span dropped("drop stale gradient", "update");
+		dropped.arg("tag", h.tag).arg("global_step", step);
 		++counters_.dropped_stale;
 		return;
 	}
@@ -165,6 +169,8 @@ void OwnerService::take_gradient(const PushHeader& h, const float* gradient)
 
 void OwnerService::apply_update()
 {
+	timeline::Span span("apply", "update");
+	span.arg("global_step", *s_.global_step + 1).arg("gradients", static_cast<int64_t>(accepted_));
 	const float factor = s_.rule->factor();
 	if (factor != 1.0f)
 		for (float& g : sum_)

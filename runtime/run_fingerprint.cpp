@@ -105,11 +105,11 @@ void describe(RunFingerprint& f, const TrainerConfig& c)
 	f.add("--check-every", c.check_every);
 	// Checkpoints are written and verified together, and the timeline is merged on rank 0: a rank
 	// without them would leave the others waiting. Their paths may differ (listed below).
-	f.add("checkpoints", !c.checkpoint.dir.empty());
+	f.add("writing checkpoints", !c.checkpoint.dir.empty());
 	f.add("--checkpoint-every", c.checkpoint.every);
 	f.add("--keep-checkpoints", c.checkpoint.keep);
-	f.add("--resume", c.checkpoint.resume);
-	f.add("timeline", !c.timeline_path.empty());
+	f.add("resuming from a checkpoint", c.checkpoint.resume);
+	f.add("recording a timeline", !c.timeline_path.empty());
 }
 
 void describe(RunFingerprint& f, Model& model, const Device& device)
@@ -152,9 +152,9 @@ const std::vector<std::string>& options_that_may_differ()
 {
 	static const std::vector<std::string> list = {
 		"--metrics: only rank 0 writes the metrics file",
-		"--timeline: each rank writes its own part; only whether there is one is compared",
-		"--checkpoint-dir, --resume PATH: a shared directory may be mounted elsewhere on each node; "
-		"whether checkpoints are on is compared, and resume checks the files' own identity",
+		"--timeline PATH: each rank writes its own part; whether a timeline is recorded is compared",
+		"--checkpoint-dir DIR, --resume PATH: a shared directory may be mounted elsewhere on each node; "
+		"whether checkpoints are written or resumed is compared, and resume checks the files' own identity",
 		"--data: the directory may be mounted elsewhere on each node; the data's contents are compared",
 		"--device: auto and an explicit choice may pick the same device; the device kind is compared",
 		"--stall-warn, --stall-abort: each rank's own patience; no rank waits on another's setting",
