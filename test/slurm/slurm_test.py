@@ -73,6 +73,18 @@ try:
     expect((summary.get("test_accuracy") or 0) > 0.5, f"train: test accuracy {summary.get('test_accuracy')}")
     expect("done: 20 steps" in out, f"train: no done line in the job's output: {out[-1500:]}")
 
+    # A resubmitted job that finds its checkpoint directory resumes from it (as a requeued job,
+    # which keeps its id and so its run directory, does): 10 steps, then 10 more from step 10.
+    shared = os.path.join(tmp, "runs", "resumed")
+    small = dict(TOWER_RUN_DIR=shared, TOWER_CHECKPOINT_EVERY="5", TOWER_ARGS="--log-every 5 --hidden 64")
+    job, out = submit("train.sbatch", "first", TOWER_MAX_STEPS="10", **small)
+    expect("resuming" not in out and "done: 10 steps" in out, f"first: not a fresh 10-step run: {out[-1500:]}")
+    job, out = submit("train.sbatch", "again", TOWER_MAX_STEPS="20", **small)
+    expect("train.sbatch: resuming from" in out, f"again: the script did not resume: {out[-1500:]}")
+    steps = [r["step"] for r in rows_of(os.path.join(shared, "metrics.jsonl")) if r.get("event") == "step"]
+    expect(steps and min(steps) > 10 and max(steps) == 20,
+           f"again: logged steps {steps}, expected only steps after the checkpoint of step 10, up to 20")
+
     job, out = submit("bench.sbatch", "bench", TOWER_BENCH_MAX="1M", TOWER_BENCH_FACTOR="32", TOWER_BENCH_ITERS="5")
     rows = rows_of(os.path.join(tmp, "runs", f"bench-{job}", "bench.jsonl"))
     modes = sorted({r["mode"] for r in rows})
