@@ -62,11 +62,25 @@ int delete_record(MPI_Comm, int, void* value, void*)
 	return MPI_SUCCESS;
 }
 
+int record_key();
+
+// MPI_COMM_SELF's attributes are deleted first thing in MPI_Finalize: the keyval goes with them,
+// so the process leaves nothing of ours behind.
+int free_record_key(MPI_Comm, int, void*, void*)
+{
+	int key = record_key();
+	return MPI_Comm_free_keyval(&key);
+}
+
 int record_key()
 {
 	static const int key = [] {
 		int k = MPI_KEYVAL_INVALID;
 		TOWER_MPI(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_record, &k, nullptr));
+		int at_finalize = MPI_KEYVAL_INVALID;
+		TOWER_MPI(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, free_record_key, &at_finalize, nullptr));
+		TOWER_MPI(MPI_Comm_set_attr(MPI_COMM_SELF, at_finalize, nullptr));
+		TOWER_MPI(MPI_Comm_free_keyval(&at_finalize)); // the attribute set on MPI_COMM_SELF stays
 		return k;
 	}();
 	return key;

@@ -88,6 +88,7 @@ TEST_CASE("deterministic all-reduce: empty buffers and more ranks than elements"
 		auto send = values_of(world().rank(), count);
 		const auto want = in_rank_order(count, ReduceOp::sum);
 		all_reduce->run_in_place(send.data(), count, DType::f32, ReduceOp::sum);
-		CHECK(std::memcmp(send.data(), want.data(), count * sizeof(float)) == 0);
+		// Bitwise; memcmp must not see an empty vector's null data.
+		CHECK((count == 0 || std::memcmp(send.data(), want.data(), count * sizeof(float)) == 0));
 	}
 }

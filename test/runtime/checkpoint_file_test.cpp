@@ -70,7 +70,8 @@ TEST_CASE("checkpoint file: a round trip keeps names, dtypes, shapes, values and
 		CHECK(e->dtype == t.tensor.dtype());
 		CHECK(e->shape == t.tensor.shape());
 		CHECK(e->offset % 64 == 0);
-		CHECK(std::memcmp(file.tensor(*e).data(), t.tensor.data(), t.tensor.bytes()) == 0);
+		// memcmp must not see the null data of an empty tensor.
+		CHECK((t.tensor.bytes() == 0 || std::memcmp(file.tensor(*e).data(), t.tensor.data(), t.tensor.bytes()) == 0));
 	}
 	CHECK(file.find("absent") == nullptr);
 	// The header parses from its own bytes alone (what a fuzz target feeds it).

@@ -61,10 +61,11 @@ TrainerConfig config(const StrategyOptions& strategy, const std::string& dir)
 std::string trained_hash(const TrainerConfig& c)
 {
 	static const Dataset data = tower::test::synthetic_dataset(400);
+	static const Dataset no_test_data; // the trainer keeps a reference: it must outlive the run
 	const Topology topology(world().comm(), std::nullopt);
 	const Device cpu;
 	auto model = make_model({"mlp", 32, 1, 7}, cpu);
-	Trainer trainer(topology, cpu, *model, data, Dataset{}, c);
+	Trainer trainer(topology, cpu, *model, data, no_test_data, c);
 	const std::string parameters = trainer.run().at("replica_hash").get<std::string>();
 	Strategy& strategy = trainer.strategy();
 	strategy.use_averages(true);
