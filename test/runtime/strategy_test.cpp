@@ -3,6 +3,9 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <optional>
+#include <string>
+#include <utility>
 
 #include "models/data/batch_assembler.h"
 #include "models/data/sampler.h"
@@ -81,12 +84,30 @@ Outcome replicated_on_workers(int servers, const OptimizerConfig& optimizer, int
 	return out;
 }
 
-void check_same_as_replicated(int servers, const OptimizerConfig& optimizer)
+// The parameter-server transports: shared memory when every rank is on one node (this host),
+// MPI when the nodes are simulated one rank each, as though every rank had a host of its own.
+enum class Transport { shm, mpi };
+
+std::optional<int> ranks_per_node(Transport t)
+{
+	return t == Transport::mpi ? std::optional<int>(1) : std::nullopt;
+}
+
+// The strategy says which transport it chose; at one rank the one node shares memory anyway.
+void check_transport(const Outcome& ps, Transport t)
+{
+	const bool shm = ps.facts.transport.find("shared memory") != std::string::npos;
+	CHECK(shm == (t == Transport::shm || world().size() == 1));
+}
+
+void check_same_as_replicated(int servers, const OptimizerConfig& optimizer, Transport transport)
 {
 	CAPTURE(servers);
 	CAPTURE(optimizer.name);
-	const Topology topology(world().comm(), std::nullopt);
+	CAPTURE(static_cast<int>(transport));
+	const Topology topology(world().comm(), ranks_per_node(transport));
 	const Outcome ps = train(topology, parameter_server(servers), optimizer, 50);
+	check_transport(ps, transport);
 	const Outcome replicated = replicated_on_workers(servers, optimizer, 50);
 	if (world().rank() < servers) {
 		CHECK(ps.parameters.empty());
@@ -108,17 +129,19 @@ int64_t sum_over_world(int64_t v)
 
 TEST_CASE("parameter-server with every rank an owner matches replicated after 50 steps")
 {
-	for (const char* name : {"momentum", "adam"}) {
-		OptimizerConfig optimizer;
-		optimizer.name = name;
-		check_same_as_replicated(0, optimizer);
-	}
+	for (const Transport transport : {Transport::shm, Transport::mpi})
+		for (const char* name : {"momentum", "adam"}) {
+			OptimizerConfig optimizer;
+			optimizer.name = name;
+			check_same_as_replicated(0, optimizer, transport);
+		}
 }
 
 TEST_CASE("parameter-server with dedicated server ranks matches replicated on the workers")
 {
-	for (int servers = 1; servers < world().size(); ++servers)
-		check_same_as_replicated(servers, OptimizerConfig{});
+	for (const Transport transport : {Transport::shm, Transport::mpi})
+		for (int servers = 1; servers < world().size(); ++servers)
+			check_same_as_replicated(servers, OptimizerConfig{}, transport);
 }
 
 TEST_CASE("the owners' optimizer state adds up to one replica's, and each owner holds only its share")
@@ -142,35 +165,53 @@ TEST_CASE("a non-finite gradient skips the parameter-server step on every rank")
 {
 	if (world().size() < 2)
 		return;
-	StrategyOptions o = parameter_server(world().size() > 2 ? 1 : 0);
-	o.replicated.inject_nonfinite_step = 2;
-	o.replicated.inject_nonfinite_rank = world().size() - 1;
-	std::vector<std::vector<float>> before;
-	const Topology topology(world().comm(), std::nullopt);
-	bool skipped_at_2 = false;
-	train(topology, o, OptimizerConfig{}, 4, [&](Strategy& s, Model& m, int step) {
-		(void)s;
-		if (step == 1 && s.is_worker())
-			before = tower::test::parameter_values(m);
-		if (step == 2 && s.is_worker()) {
-			skipped_at_2 = tower::test::parameter_values(m) == before;
+	// Injected on the last rank, a worker; with 3 or more ranks also on rank 0, a dedicated server.
+	for (const Transport transport : {Transport::shm, Transport::mpi})
+		for (const int injected : {world().size() - 1, 0}) {
+			CAPTURE(static_cast<int>(transport));
+			CAPTURE(injected);
+			StrategyOptions o = parameter_server(world().size() > 2 ? 1 : 0);
+			if (injected == 0 && o.ps_ranks == 0)
+				continue;
+			o.replicated.inject_nonfinite_step = 2;
+			o.replicated.inject_nonfinite_rank = injected;
+			std::vector<std::vector<float>> before;
+			const Topology topology(world().comm(), ranks_per_node(transport));
+			bool skipped_at_2 = false, changed_at_3 = false;
+			const Outcome out = train(topology, o, OptimizerConfig{}, 4, [&](Strategy& s, Model& m, int step) {
+				if (!s.is_worker())
+					return;
+				if (step == 1 || step == 2) {
+					const auto now = tower::test::parameter_values(m);
+					if (step == 2)
+						skipped_at_2 = now == before;
+					before = now;
+				}
+				if (step == 3)
+					changed_at_3 = tower::test::parameter_values(m) != before;
+			});
+			check_transport(out, transport);
+			if (world().rank() >= o.ps_ranks) {
+				CHECK(skipped_at_2);
+				// The step after the skip trains again: the poison did not stay behind.
+				CHECK(changed_at_3);
+			}
 		}
-	});
-	if (world().rank() >= o.ps_ranks)
-		CHECK(skipped_at_2);
 }
 
 TEST_CASE("variable averages follow the float64 recursion, in both strategies")
 {
 	const double decay = 0.9;
-	for (const char* name : {"replicated", "parameter-server"}) {
+	for (const auto& [name, transport] : {std::pair{"replicated", Transport::shm}, std::pair{"parameter-server", Transport::shm},
+					      std::pair{"parameter-server", Transport::mpi}}) {
 		CAPTURE(name);
+		CAPTURE(static_cast<int>(transport));
 		StrategyOptions o;
 		o.name = name;
 		o.ema_decay = decay;
 		std::vector<std::vector<double>> expected;
 		std::vector<std::vector<float>> averaged, trained;
-		const Topology topology(world().comm(), std::nullopt);
+		const Topology topology(world().comm(), ranks_per_node(transport));
 		const Outcome out = train(topology, o, OptimizerConfig{}, 20, [&](Strategy& s, Model& m, int step) {
 			const auto values = tower::test::parameter_values(m);
 			if (step == 0) {
