@@ -4,6 +4,7 @@
 #include <doctest/doctest.h>
 
 #include <filesystem>
+#include <optional>
 #include <string>
 
 #include <fmt/format.h>
@@ -58,11 +59,11 @@ TrainerConfig config(const StrategyOptions& strategy, const std::string& dir)
 // The parameters' hash from the summary, the averaged parameters' hash and the loss scale (seen
 // through the strategy, whatever variables() lists), and a checksum of every variable this rank
 // holds.
-std::string trained_hash(const TrainerConfig& c)
+std::string trained_hash(const TrainerConfig& c, std::optional<int> ranks_per_node)
 {
 	static const Dataset data = tower::test::synthetic_dataset(400);
 	static const Dataset no_test_data; // the trainer keeps a reference: it must outlive the run
-	const Topology topology(world().comm(), std::nullopt);
+	const Topology topology(world().comm(), ranks_per_node);
 	const Device cpu;
 	auto model = make_model({"mlp", 32, 1, 7}, cpu);
 	Trainer trainer(topology, cpu, *model, data, no_test_data, c);
@@ -79,17 +80,19 @@ std::string trained_hash(const TrainerConfig& c)
 	return fmt::format("{} {:x} {} {}", parameters, averaged, strategy.loss_scaler().log2_scale(), state);
 }
 
-void check_resume(const StrategyOptions& strategy, const std::string& tag)
+// `ranks_per_node` 1 simulates a host per rank: the parameter server's MPI transport.
+void check_resume(const StrategyOptions& strategy, const std::string& tag,
+		  std::optional<int> ranks_per_node = std::nullopt)
 {
 	const std::string dir = shared_empty_dir(tag);
-	const std::string whole = trained_hash(config(strategy, dir));
+	const std::string whole = trained_hash(config(strategy, dir), ranks_per_node);
 	// The run is cut after step 10's checkpoint: step 20's goes, then the run resumes.
 	if (world().rank() == 0)
 		std::filesystem::remove_all(checkpoint_step_dir(dir, 20));
 	TOWER_MPI(MPI_Barrier(world().comm()));
 	TrainerConfig resumed = config(strategy, dir);
 	resumed.checkpoint.resume = true;
-	CHECK(trained_hash(resumed) == whole);
+	CHECK(trained_hash(resumed, ranks_per_node) == whole);
 	if (world().rank() == 0)
 		std::filesystem::remove_all(dir);
 }
@@ -109,7 +112,9 @@ TEST_CASE("resume: parameter-server, every rank an owner, and with a dedicated s
 	o.name = "parameter-server";
 	check_resume(o, "ps");
 	if (world().size() > 1) {
+		check_resume(o, "ps-mpi", 1);
 		o.ps_ranks = 1;
 		check_resume(o, "ps-server");
+		check_resume(o, "ps-server-mpi", 1);
 	}
 }
