@@ -47,7 +47,10 @@ public:
 	ShmPsTransport(const Topology& topology, const PsShares& shares);
 	~ShmPsTransport() override;
 
-	const char* name() const override { return "owners read the workers' shared gradients, workers copy the owners' values (shared memory)"; }
+	const char* name() const override
+	{
+		return "reduce to owners through shared memory (owners read the workers' gradients, workers copy the owners' values)";
+	}
 	Tensor owned_value(const VariableSlice& s) override;
 	Tensor owned_gradient(const VariableSlice& s) override;
 	double push(float worker_factor, float owner_factor, bool poison) override;
@@ -174,7 +177,9 @@ double ShmPsTransport::reduce_slice(const VariableSlice& s, float owner_factor)
 double ShmPsTransport::push(float worker_factor, float owner_factor, bool poison)
 {
 	timeline::Span span("push", "comm");
-	span.arg("bytes", static_cast<int64_t>(reduced_.size() * sizeof(float))).arg("dtype", "f32");
+	// A worker offers its whole gradient; a dedicated server reads its share of every worker's.
+	const auto offered = shares_.worker ? static_cast<size_t>(total_) : reduced_.size() * static_cast<size_t>(shares_.workers);
+	span.arg("bytes", static_cast<int64_t>(offered * sizeof(float))).arg("dtype", "f32");
 	if (shares_.worker) {
 		// The micro-batches' sum becomes their mean in place: backward overwrites it next step.
 		float* mine = reinterpret_cast<float*>(gradients_.mine());
