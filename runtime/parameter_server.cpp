@@ -4,16 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 
 #include "collectives/broadcast_named.h"
 #include "collectives/signature_check.h"
-#include "models/ops.h"
 #include "runtime/base/error.h"
 #include "runtime/base/memory.h"
-#include "runtime/base/collective_debug.h"
 #include "runtime/base/mpi_check.h"
-#include "runtime/base/watched_wait.h"
 #include "runtime/replica_check.h"
 #include "runtime/timeline.h"
 
