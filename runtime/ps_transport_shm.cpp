@@ -236,12 +236,13 @@ void ShmPsTransport::settle()
 
 size_t ShmPsTransport::moved_bytes() const
 {
-	// Each owner reads its share of every worker's gradient; each worker copies the other owners' values.
+	// What crosses between processes: each owner reads its share of every other worker's gradient,
+	// and every other worker copies the owner's values.
 	size_t total = 0;
 	for (size_t o = 0; o < placement_.owners.size(); ++o) {
 		const auto e = static_cast<size_t>(placement_.owner_elements[o]) * sizeof(float);
-		total += e * static_cast<size_t>(shares_.workers);
-		total += e * static_cast<size_t>(shares_.workers - (placement_.owners[o] >= servers_ ? 1 : 0));
+		const auto others = static_cast<size_t>(shares_.workers - (placement_.owners[o] >= servers_ ? 1 : 0));
+		total += 2 * e * others;
 	}
 	return total;
 }

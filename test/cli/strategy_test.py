@@ -59,6 +59,9 @@ if replicated and ps:
     expect([x["rank"] for x in s["placement"]] == [0, 1], f"placement: {s['placement']}")
     expect(any(x["event"] == "placement" for x in ps), "no placement event in the metrics")
     expect("least-loaded" in ps_out, "the placement is not printed at start")
+    # Both ranks share this host: the shared-memory transport, named at start and in the summary.
+    expect("reduce to owners through shared memory" in s["transport"] and s["transport"] in ps_out,
+           f"transport: {s['transport']}")
     expect(abs(s["test_accuracy"] - replicated[-1]["test_accuracy"]) < 1e-9, "test accuracy differs")
 
 # Dedicated servers: rank 0 serves, ranks 1 and 2 train; same losses as replicated on 2 ranks.
