@@ -33,18 +33,25 @@ constexpr auto flush_interval = std::chrono::seconds(1);
 constexpr size_t flush_bytes = size_t{1} << 18;
 
 // One per process and never destroyed, so a span ending on another thread while finish() runs
-// finds the recorder closed rather than gone. Everything below is guarded by `mutex`.
+// finds the recorder closed rather than gone. Everything below is guarded by `mutex`, except the
+// two atomics a span reads without it: a thread's span may begin in one recording and end while
+// start() sets up the next.
 struct Recorder {
 	std::mutex mutex;
 	std::FILE* file = nullptr;
 	std::string path, part_path;
 	int rank = 0;
-	Clock::time_point origin;
+	std::atomic<int64_t> origin_ns{0}; // the recording's time 0 on the steady clock
 	Clock::time_point last_flush;
 	std::string pending;
-	int generation = 0; // thread ids restart with every recording
+	std::atomic<int> generation{0}; // counts recordings; thread ids restart with each
 	int next_tid = 0;
 };
+
+int64_t steady_ns()
+{
+	return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
+}
 
 Recorder& recorder()
 {
@@ -98,9 +105,10 @@ void flush_if_due(Recorder& r)
 // The calling thread's row, named in the trace the first time it records.
 int tid_locked(Recorder& r)
 {
-	if (this_thread.generation == r.generation)
+	const int generation = r.generation.load(std::memory_order_relaxed);
+	if (this_thread.generation == generation)
 		return this_thread.tid;
-	this_thread.generation = r.generation;
+	this_thread.generation = generation;
 	this_thread.tid = r.next_tid++;
 	const std::string name = this_thread.name ? this_thread.name
 			       : this_thread.tid == 0 ? std::string("main")
@@ -160,17 +168,23 @@ std::string write_merged(const std::string& path, const std::string& text)
 
 namespace detail {
 
-double now_us()
+int generation()
 {
-	return std::chrono::duration<double, std::micro>(Clock::now() - recorder().origin).count();
+	return recorder().generation.load(std::memory_order_acquire);
 }
 
-void write_complete(const char* name, const char* category, double start_us, double end_us, const std::string& args)
+double now_us()
+{
+	return 1e-3 * static_cast<double>(steady_ns() - recorder().origin_ns.load(std::memory_order_relaxed));
+}
+
+void write_complete(const char* name, const char* category, int generation, double start_us, double end_us,
+		    const std::string& args)
 {
 	Recorder& r = recorder();
 	std::lock_guard lock(r.mutex);
-	if (r.file == nullptr)
-		return; // the recording ended while the span ran
+	if (r.file == nullptr || generation != r.generation.load(std::memory_order_relaxed))
+		return; // the recording ended while the span ran (and another may have begun)
 	const int tid = tid_locked(r);
 	// Formatted straight into the pending buffer: no allocation per event once it has grown.
 	fmt::format_to(std::back_inserter(r.pending), R"(,{{"name":"{}","cat":"{}","ph":"X","pid":{},"tid":{},"ts":{:.1f},"dur":{:.1f})",
@@ -254,9 +268,10 @@ void start(MPI_Comm comm, const std::string& path)
 	TOWER_MPI(MPI_Ibarrier(comm, &request));
 	wait_request(request, {"timeline start", comm});
 	std::lock_guard lock(r.mutex);
-	r.origin = Clock::now();
-	r.last_flush = r.origin;
-	r.generation += 1;
+	// The origin before the generation: a span that reads the new generation reads the new origin.
+	r.origin_ns.store(steady_ns(), std::memory_order_relaxed);
+	r.last_flush = Clock::now();
+	r.generation.fetch_add(1, std::memory_order_release);
 	r.next_tid = 0;
 	r.pending = fmt::format("[\n"
 				R"({{"name":"process_name","ph":"M","pid":{0},"tid":0,"args":{{"name":"rank {0}"}}}})"

@@ -31,8 +31,12 @@ namespace tower::timeline {
 
 namespace detail {
 extern std::atomic<bool> recording;
+// The recording now running (or last run): a span that began in another one is dropped, since
+// its start was measured against that recording's clock.
+int generation();
 double now_us();
-void write_complete(const char* name, const char* category, double start_us, double end_us, const std::string& args);
+void write_complete(const char* name, const char* category, int generation, double start_us, double end_us,
+		    const std::string& args);
 } // namespace detail
 
 // Whether this process is recording a timeline.
@@ -45,13 +49,14 @@ inline bool enabled()
 class Span {
 public:
 	Span(const char* name, const char* category)
-		: name_(name), category_(category), start_us_(enabled() ? detail::now_us() : -1.0)
+		: name_(name), category_(category), generation_(enabled() ? detail::generation() : -1),
+		  start_us_(generation_ >= 0 ? detail::now_us() : -1.0)
 	{
 	}
 	~Span()
 	{
 		if (start_us_ >= 0)
-			detail::write_complete(name_, category_, start_us_, detail::now_us(), args_);
+			detail::write_complete(name_, category_, generation_, start_us_, detail::now_us(), args_);
 	}
 	Span(const Span&) = delete;
 	Span& operator=(const Span&) = delete;
@@ -65,6 +70,7 @@ private:
 
 	const char* name_;
 	const char* category_;
+	int generation_;  // the recording the span began in; negative: none
 	double start_us_; // negative: not recording
 	std::string args_; // the args object's members, as JSON text
 };

@@ -1,6 +1,7 @@
 // Tests of the timeline recorder's API: spans from two threads, args, the merged file, and misuse.
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -121,4 +122,35 @@ TEST_CASE("a path the last rank cannot write is refused on every rank, and the o
 	timeline::finish(world().comm());
 	if (world().rank() == 0)
 		std::remove(good.c_str());
+}
+
+TEST_CASE("a span open across the end of one recording and the start of the next is in neither")
+{
+	const std::string first = shared_path("across-1"), second = shared_path("across-2");
+	timeline::start(world().comm(), first);
+	std::atomic<int> stage{0};
+	std::thread helper([&] {
+		{
+			timeline::Span across("across", "test");
+			stage.store(1, std::memory_order_release);
+			// Relaxed: nothing orders this thread after the second start(), as nothing orders a
+			// comm or owner thread after it in a run; the span's end must still read the clock safely.
+			while (stage.load(std::memory_order_relaxed) != 2)
+				std::this_thread::yield();
+		}
+	});
+	while (stage.load(std::memory_order_acquire) != 1)
+		std::this_thread::yield();
+	timeline::finish(world().comm());
+	timeline::start(world().comm(), second);
+	stage.store(2, std::memory_order_relaxed);
+	helper.join();
+	timeline::finish(world().comm());
+	if (world().rank() == 0) {
+		for (const std::string& path : {first, second}) {
+			for (const auto& e : read_json(path))
+				CHECK_MESSAGE(e["name"] != "across", path, ": a span of another recording, timed against its clock");
+			std::remove(path.c_str());
+		}
+	}
 }
