@@ -89,6 +89,29 @@ TEST_CASE("bias with ReLU, bias gradient (accumulating), fill and accumulate")
 	CHECK(db.to_host_f32()[0] == doctest::Approx(-g[0]));
 }
 
+TEST_CASE("the bias gradient of long rows (a convolution's) matches float64, overwriting and adding")
+{
+	const Ops& ops = ops_for(Device{});
+	const int64_t outer = 3, channels = 2;
+	for (int64_t inner : {int64_t{16}, int64_t{53}, int64_t{784}})
+		for (bool add : {false, true}) {
+			CAPTURE(inner);
+			CAPTURE(add);
+			const Tensor dy = random_tensor({outer, channels, inner}, "dy");
+			const Tensor db = random_tensor({channels}, "db");
+			const Vec d = to_double(dy.to_host_f32()), start = to_double(db.to_host_f32());
+			ops.bias_grad(dy, db, inner, add);
+			const std::vector<float> g = db.to_host_f32();
+			for (int64_t c = 0; c < channels; ++c) {
+				double s = add ? start[c] : 0.0;
+				for (int64_t o = 0; o < outer; ++o)
+					for (int64_t i = 0; i < inner; ++i)
+						s += d[(o * channels + c) * inner + i];
+				CHECK(g[c] == doctest::Approx(s).epsilon(1e-5).scale(1e-3));
+			}
+		}
+}
+
 TEST_CASE("col2im is the adjoint of im2col, with and without padding")
 {
 	const Ops& ops = ops_for(Device{});
