@@ -43,7 +43,9 @@ public:
 	int node_rank() const override { return shm_.rank(); }
 	int node_size() const override { return shm_.size(); }
 	MPI_Comm node_comm() const override { return shm_.comm(); }
-	void reduce_shard(void* data, size_t count, DType dtype, ReduceOp op, Segment shard) override;
+	using NodeSharding::reduce_shard;
+	void reduce_shard(void* data, size_t count, DType dtype, ReduceOp op, Segment shard,
+			  const std::function<void(size_t first, size_t length)>& reduced) override;
 	char* peer_address(const void* mine, int node_rank) const override;
 	void node_barrier() override { shm_.barrier("sharded update (node barrier)"); }
 	// Whether the last run() took the direct path (for tests).

@@ -17,7 +17,8 @@ char* HierarchicalAllReduce::peer_address(const void* mine, int node_rank) const
 	return nullptr;
 }
 
-void HierarchicalAllReduce::reduce_shard(void* data, size_t count, DType dtype, ReduceOp op, Segment shard)
+void HierarchicalAllReduce::reduce_shard(void* data, size_t count, DType dtype, ReduceOp op, Segment shard,
+					 const std::function<void(size_t first, size_t length)>& reduced)
 {
 	TOWER_CHECK(shard.start + shard.length <= count, "shard [{}, {}) outside a buffer of {} elements", shard.start,
 		    shard.start + shard.length, count);
@@ -33,7 +34,10 @@ void HierarchicalAllReduce::reduce_shard(void* data, size_t count, DType dtype, 
 	for (int r = 0; r < shm_.size(); ++r)
 		if (r != shm_.rank())
 			sources.push_back(peer_address(own, r));
-	reduce_own_shard(sources, own, shard, dtype, op, [](size_t, size_t) {});
+	reduce_own_shard(sources, own, shard, dtype, op, [&](size_t first, size_t length) {
+		if (reduced)
+			reduced(first, length);
+	});
 }
 
 } // namespace tower

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 
 #include <mpi.h>
 
@@ -29,7 +30,15 @@ public:
 	// included, and leaves the result in this rank's `data` only. Every other element is left
 	// as it was. Each node rank passes its own shard; together they must tile the buffer, and
 	// the ranks with the same node rank on other nodes must pass the same shard.
-	virtual void reduce_shard(void* data, size_t count, DType dtype, ReduceOp op, Segment shard) = 0;
+	void reduce_shard(void* data, size_t count, DType dtype, ReduceOp op, Segment shard)
+	{
+		reduce_shard(data, count, dtype, op, shard, {});
+	}
+	// The same, calling `reduced(first, length)` (when given) on each piece of the shard as soon
+	// as it holds its result, while it is still in the cache: a sharded update takes the
+	// gradient's norm there instead of in a pass of its own.
+	virtual void reduce_shard(void* data, size_t count, DType dtype, ReduceOp op, Segment shard,
+				  const std::function<void(size_t first, size_t length)>& reduced) = 0;
 
 	// Where node rank `node_rank` keeps what this rank keeps at `mine` (inside memory from
 	// allocate(): the peers' matching allocations have the same layout).

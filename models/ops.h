@@ -42,6 +42,17 @@ public:
 	virtual void gemm(Transpose ta, Transpose tb, float alpha, const Tensor& a, const Tensor& b, float beta,
 			  const Tensor& c) const = 0;
 
+	// The weight gradient of mixed precision straight into f32: c = alpha * op(a) * op(b) + beta * c
+	// with a and b of one 16-bit type and c f32, accumulated in f32 and never rounded to 16 bits
+	// (the gradient's master copy is f32 in any case). Returns false, touching nothing, where the
+	// backend has no such kernel for the types: the caller then computes into a 16-bit buffer and
+	// casts that into c.
+	virtual bool gemm_into_f32(Transpose /*ta*/, Transpose /*tb*/, float /*alpha*/, const Tensor& /*a*/,
+				   const Tensor& /*b*/, float /*beta*/, const Tensor& /*c*/) const
+	{
+		return false;
+	}
+
 	virtual void fill(const Tensor& x, float value) const = 0;
 	// y += alpha * x.
 	virtual void accumulate(float alpha, const Tensor& x, const Tensor& y) const = 0;

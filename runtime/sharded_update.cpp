@@ -51,6 +51,7 @@ ShardedUpdate::ShardedUpdate(AllReduce& all_reduce, const BucketPlan& plan, cons
 		for (const BucketMember& m : plan_.buckets[b].members)
 			values.push_back(&parameters_[m.tensor]->value);
 		values_.push_back(move_into_bucket_layout(b, values));
+		reduced_squares_.push_back(0.0);
 		states_.emplace_back();
 		for (size_t k = 0; k < slots; ++k) {
 			std::vector<Tensor*> state;
@@ -99,7 +100,16 @@ Segment ShardedUpdate::shard_of(size_t b) const
 
 void ShardedUpdate::reduce(size_t b)
 {
-	sharding_.reduce_shard(gradients_[b].data(), plan_.buckets[b].count(), DType::f32, op_, shard_of(b));
+	// The squares are summed block by block while the reduced block is still in the cache; finish()
+	// uses them when it has no factor to apply first.
+	double squares = 0;
+	float* grad = gradients_[b].data_as<float>();
+	sharding_.reduce_shard(grad, plan_.buckets[b].count(), DType::f32, op_, shard_of(b),
+			       [&](size_t first, size_t length) {
+				       squares += sum_of_squares(Tensor::view(grad + first, {static_cast<int64_t>(length)},
+									      DType::f32, Device{}));
+			       });
+	reduced_squares_.at(b) = squares;
 }
 
 bool ShardedUpdate::finish(float factor, float lr, double* grad_norm)
@@ -109,8 +119,11 @@ bool ShardedUpdate::finish(float factor, float lr, double* grad_norm)
 		const Segment shard = shard_of(b);
 		const Tensor mine = Tensor::view(gradients_[b].data_as<float>() + shard.start,
 						 {static_cast<int64_t>(shard.length)}, DType::f32, Device{});
-		if (factor != 1.0f)
-			scale(mine, factor);
+		if (factor == 1.0f) {
+			partial += reduced_squares_[b];
+			continue;
+		}
+		scale(mine, factor);
 		partial += sum_of_squares(mine);
 	}
 	// Summed in node-rank order on every rank, so every rank reaches the same verdict. The

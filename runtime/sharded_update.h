@@ -62,6 +62,7 @@ private:
 	Optimizer& optimizer_;
 	std::vector<Tensor> values_;              // per bucket
 	std::vector<std::vector<Tensor>> states_; // per bucket, per state slot
+	std::vector<double> reduced_squares_;     // per bucket: this rank's shard, summed by reduce()
 };
 
 } // namespace tower

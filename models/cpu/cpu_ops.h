@@ -10,6 +10,8 @@ class CpuOps final : public Ops {
 public:
 	void gemm(Transpose ta, Transpose tb, float alpha, const Tensor& a, const Tensor& b, float beta,
 		  const Tensor& c) const override;
+	bool gemm_into_f32(Transpose ta, Transpose tb, float alpha, const Tensor& a, const Tensor& b, float beta,
+			   const Tensor& c) const override;
 	void fill(const Tensor& x, float value) const override;
 	void accumulate(float alpha, const Tensor& x, const Tensor& y) const override;
 	void bias_act(const Tensor& y, const Tensor& bias, int64_t inner, bool relu) const override;

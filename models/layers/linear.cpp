@@ -47,9 +47,16 @@ const Tensor& Linear::backward(const Tensor& dy, const BackwardArgs& args)
 	const Tensor db = grad_buffer(bias_, type, db_ws_);
 	ops.bias_grad(dz, db, 1, accumulate_in_place(db, args));
 	finish_grad(bias_, db, args);
-	const Tensor dw = grad_buffer(weight_, type, dw_ws_);
-	ops.gemm(Transpose::yes, Transpose::no, 1.0f, dz, x_, accumulate_in_place(dw, args) ? 1.0f : 0.0f, dw);
-	finish_grad(weight_, dw, args);
+	// A 16-bit weight gradient goes straight into the f32 Parameter::grad where the backend can
+	// (no 16-bit buffer and no cast pass over the largest tensor of the step).
+	if (type != DType::f32 && ops.gemm_into_f32(Transpose::yes, Transpose::no, 1.0f, dz, x_,
+						     args.accumulate ? 1.0f : 0.0f, weight_.grad)) {
+		notify_ready(args, weight_);
+	} else {
+		const Tensor dw = grad_buffer(weight_, type, dw_ws_);
+		ops.gemm(Transpose::yes, Transpose::no, 1.0f, dz, x_, accumulate_in_place(dw, args) ? 1.0f : 0.0f, dw);
+		finish_grad(weight_, dw, args);
+	}
 	dx_ = Tensor();
 	if (args.need_input_grad) {
 		dx_ = dx_ws_.get(x_.shape(), type, dy.device());

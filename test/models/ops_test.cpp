@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "models/cpu/cpu_threads.h"
 #include "models/cpu/dnnl_cpu.h"
 #include "models/init.h"
 #include "models/layers/workspace.h"
@@ -88,6 +89,29 @@ TEST_CASE("bias with ReLU, bias gradient (accumulating), fill and accumulate")
 	CHECK(db.to_host_f32()[0] == doctest::Approx(-g[0]));
 }
 
+TEST_CASE("the bias gradient of long rows (a convolution's) matches float64, overwriting and adding")
+{
+	const Ops& ops = ops_for(Device{});
+	const int64_t outer = 3, channels = 2;
+	for (int64_t inner : {int64_t{16}, int64_t{53}, int64_t{784}})
+		for (bool add : {false, true}) {
+			CAPTURE(inner);
+			CAPTURE(add);
+			const Tensor dy = random_tensor({outer, channels, inner}, "dy");
+			const Tensor db = random_tensor({channels}, "db");
+			const Vec d = to_double(dy.to_host_f32()), start = to_double(db.to_host_f32());
+			ops.bias_grad(dy, db, inner, add);
+			const std::vector<float> g = db.to_host_f32();
+			for (int64_t c = 0; c < channels; ++c) {
+				double s = add ? start[c] : 0.0;
+				for (int64_t o = 0; o < outer; ++o)
+					for (int64_t i = 0; i < inner; ++i)
+						s += d[(o * channels + c) * inner + i];
+				CHECK(g[c] == doctest::Approx(s).epsilon(1e-5).scale(1e-3));
+			}
+		}
+}
+
 TEST_CASE("col2im is the adjoint of im2col, with and without padding")
 {
 	const Ops& ops = ops_for(Device{});
@@ -120,6 +144,54 @@ TEST_CASE("col2im is the adjoint of im2col, with and without padding")
 
 // The CPU backend's own convolution against the backend-neutral im2col + gemm path of Ops, which
 // the grad checks and the float64 references validate, in f32 and bf16, overwriting and adding.
+TEST_CASE("gemm_into_f32 writes bf16 products into f32 unrounded, and declines other types")
+{
+	const Ops& ops = cpu_ops();
+	const int64_t m = 7, n = 6, k = 33;
+	auto bf16 = [&](const Shape& shape, const char* name) {
+		Tensor out = Tensor::empty(shape, DType::bf16, Device{});
+		ops.cast(random_tensor(shape, name), out, false);
+		return out;
+	};
+	const Tensor c_start = random_tensor({m, n}, "c");
+	// The kernels exist where oneDNN runs AVX512_BF16 or AMX code; elsewhere the layers cast.
+	const std::string isa = onednn_isa();
+	const bool native = isa.find("bf16") != std::string::npos || isa.find("amx") != std::string::npos;
+	for (bool ta : {false, true})
+		for (bool tb : {false, true})
+			for (float beta : {0.0f, 1.0f}) {
+				CAPTURE(ta);
+				CAPTURE(tb);
+				CAPTURE(beta);
+				const Tensor a = bf16(ta ? Shape{k, m} : Shape{m, k}, "a");
+				const Tensor b = bf16(tb ? Shape{n, k} : Shape{k, n}, "b");
+				Tensor c = Tensor::empty({m, n}, DType::f32, Device{});
+				c.copy_from(c_start);
+				const bool done = ops.gemm_into_f32(ta ? Transpose::yes : Transpose::no,
+								    tb ? Transpose::yes : Transpose::no, 1.0f, a, b, beta, c);
+				CHECK(done == native);
+				if (!done)
+					continue;
+				const Vec av = to_double(a.to_host_f32()), bv = to_double(b.to_host_f32());
+				const Vec c0 = to_double(c_start.to_host_f32());
+				const std::vector<float> got = c.to_host_f32();
+				for (int64_t i = 0; i < m; ++i)
+					for (int64_t j = 0; j < n; ++j) {
+						double s = beta * c0[i * n + j];
+						for (int64_t l = 0; l < k; ++l)
+							s += at(av, a.dim(1), i, l, ta) * at(bv, b.dim(1), l, j, tb);
+						// f32 accuracy: a result rounded to bf16 on the way (8 bits) is far off.
+						CHECK(got[i * n + j] == doctest::Approx(s).epsilon(1e-5).scale(1e-3));
+					}
+			}
+	// f32 and f16 operands are not its business: f16 must still overflow to inf in 16 bits.
+	const Tensor c = Tensor::zeros({m, n}, DType::f32, Device{});
+	for (DType t : {DType::f32, DType::f16}) {
+		const Tensor a = Tensor::zeros({m, k}, t, Device{}), b = Tensor::zeros({k, n}, t, Device{});
+		CHECK_FALSE(ops.gemm_into_f32(Transpose::no, Transpose::no, 1.0f, a, b, 0.0f, c));
+	}
+}
+
 TEST_CASE("the CPU convolution matches im2col + gemm forward and backward, in f32 and bf16")
 {
 	const Ops& ops = cpu_ops();

@@ -240,41 +240,45 @@ TEST_CASE("grad_norm is the norm of the reduced, unscaled gradient, sharded or n
 {
 	// Each rank's gradient comes from the float64 reference; their mean over ranks and its norm
 	// are computed here, in float64.
+	// Without a loss scale the sharded update sums the squares while it reduces; with one it
+	// scales first and sums after.
 	const Device cpu;
-	for (const char* mode : {"ring", "hierarchical"}) {
-		INFO("mode := ", std::string(mode));
-		auto model = make_model({"mlp", 16, 1, 3}, cpu);
-		auto optimizer = make_optimizer({}, model->parameters());
-		ReplicatedOptions options;
-		options.mode = parse_all_reduce_mode(mode);
-		options.fusion_mb = 0.01;
-		options.loss_scale = parse_loss_scale("static:1024"); // the norm is of the unscaled gradient
-		const Topology topology(world().comm(), std::nullopt);
-		ReplicatedBuilder builder(topology, cpu, *model, *optimizer, options);
-		CHECK(builder.update_is_sharded() == (std::string(mode) == "hierarchical" && world().size() > 1));
-		BatchAssembler assembler(data(), 8, cpu);
-		for (int64_t step = 0; step < 3; ++step) {
-			CAPTURE(step);
-			std::vector<int64_t> indices(8);
-			std::iota(indices.begin(), indices.end(), 8 * (step * world().size() + world().rank()));
-			std::vector<int32_t> labels;
-			for (int64_t i : indices)
-				labels.push_back(data().labels[static_cast<size_t>(i)]);
-			const Batch& b = assembler.assemble(indices);
-			const auto mine = tower::test::reference_mlp_from(tower::test::parameter_values(*model), 784)
-						  .forward_backward(b.images.to_host_f32(), labels);
-			std::vector<double> flat;
-			for (size_t l = 0; l < mine.weight_grads.size(); ++l) {
-				flat.insert(flat.end(), mine.weight_grads[l].begin(), mine.weight_grads[l].end());
-				flat.insert(flat.end(), mine.bias_grads[l].begin(), mine.bias_grads[l].end());
+	for (const char* mode : {"ring", "hierarchical"})
+		for (const char* scale : {"static:1024", "none"}) {
+			INFO("mode := ", std::string(mode));
+			INFO("loss scale := ", std::string(scale));
+			auto model = make_model({"mlp", 16, 1, 3}, cpu);
+			auto optimizer = make_optimizer({}, model->parameters());
+			ReplicatedOptions options;
+			options.mode = parse_all_reduce_mode(mode);
+			options.fusion_mb = 0.01;
+			options.loss_scale = parse_loss_scale(scale); // the norm is of the unscaled gradient
+			const Topology topology(world().comm(), std::nullopt);
+			ReplicatedBuilder builder(topology, cpu, *model, *optimizer, options);
+			CHECK(builder.update_is_sharded() == (std::string(mode) == "hierarchical" && world().size() > 1));
+			BatchAssembler assembler(data(), 8, cpu);
+			for (int64_t step = 0; step < 3; ++step) {
+				CAPTURE(step);
+				std::vector<int64_t> indices(8);
+				std::iota(indices.begin(), indices.end(), 8 * (step * world().size() + world().rank()));
+				std::vector<int32_t> labels;
+				for (int64_t i : indices)
+					labels.push_back(data().labels[static_cast<size_t>(i)]);
+				const Batch& b = assembler.assemble(indices);
+				const auto mine = tower::test::reference_mlp_from(tower::test::parameter_values(*model), 784)
+							  .forward_backward(b.images.to_host_f32(), labels);
+				std::vector<double> flat;
+				for (size_t l = 0; l < mine.weight_grads.size(); ++l) {
+					flat.insert(flat.end(), mine.weight_grads[l].begin(), mine.weight_grads[l].end());
+					flat.insert(flat.end(), mine.bias_grads[l].begin(), mine.bias_grads[l].end());
+				}
+				TOWER_MPI(MPI_Allreduce(MPI_IN_PLACE, flat.data(), static_cast<int>(flat.size()), MPI_DOUBLE, MPI_SUM,
+							world().comm()));
+				double squares = 0;
+				for (double g : flat)
+					squares += (g / world().size()) * (g / world().size());
+				const StepStats stats = builder.step(b.images, b.labels, 0.1f);
+				CHECK(stats.grad_norm == doctest::Approx(std::sqrt(squares)).epsilon(1e-5));
 			}
-			TOWER_MPI(MPI_Allreduce(MPI_IN_PLACE, flat.data(), static_cast<int>(flat.size()), MPI_DOUBLE, MPI_SUM,
-						world().comm()));
-			double squares = 0;
-			for (double g : flat)
-				squares += (g / world().size()) * (g / world().size());
-			const StepStats stats = builder.step(b.images, b.labels, 0.1f);
-			CHECK(stats.grad_norm == doctest::Approx(std::sqrt(squares)).epsilon(1e-5));
 		}
-	}
 }
