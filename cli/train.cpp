@@ -105,6 +105,11 @@ void add_strategy_options(CLI::App& app, TrainConfig& c)
 		       "sync-replicas: gradients averaged per update (default: one per worker; fewer leaves backup workers)");
 	app.add_option("--async-scale", c.async_scale,
 		       "async: scale each gradient by 1/workers (true, the default) or apply it as it is (false)");
+	app.add_option("--async-staleness", c.async_staleness,
+		       "async: none (default) or scale: a gradient s updates late takes at most 1/(s+1) of the rate");
+	app.add_option("--max-staleness", c.max_staleness,
+		       "async: S >= 0 (default 1) or none; a worker waits for its token while a gradient could arrive "
+		       "more than S updates late");
 	app.add_option("--inject-delay", c.inject_delay,
 		       "RANK:MS: that rank sleeps MS milliseconds in every step before it sends its gradient (tests, demos)");
 }

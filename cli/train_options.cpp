@@ -2,6 +2,8 @@
 #include "cli/train_options.h"
 
 #include <sstream>
+#include <stdexcept>
+#include <string>
 
 #include <fmt/ranges.h>
 
@@ -97,6 +99,23 @@ void parse_delay(const std::string& text, int world_size, StrategyOptions* o)
 
 namespace {
 
+int64_t parse_max_staleness(const std::string& text)
+{
+	if (text == "none")
+		return -1;
+	size_t used = 0;
+	int64_t s = -1;
+	try {
+		s = std::stoll(text, &used);
+	} catch (const std::exception&) {
+		used = 0;
+	}
+	if (used == 0 || used != text.size() || s < 0)
+		throw AgreedError(fmt::format("--max-staleness {}: give S >= 0 updates (0 is lock-step) or none for no "
+					      "bound", text));
+	return s;
+}
+
 void detached_options(const TrainConfig& c, int world_size, StrategyOptions* o)
 {
 	if (c.replicas_to_aggregate) {
@@ -112,6 +131,19 @@ void detached_options(const TrainConfig& c, int world_size, StrategyOptions* o)
 		if (c.strategy != "async")
 			throw AgreedError(fmt::format("--async-scale belongs to --strategy async, not {}; drop it", c.strategy));
 		o->async_scale = *c.async_scale;
+	}
+	if (c.async_staleness) {
+		if (c.strategy != "async")
+			throw AgreedError(fmt::format("--async-staleness belongs to --strategy async, not {}; drop it", c.strategy));
+		if (*c.async_staleness != "none" && *c.async_staleness != "scale")
+			throw AgreedError(fmt::format("--async-staleness {}: write none (every gradient at the same rate) or "
+						      "scale (a gradient s updates late at most 1/(s+1) of it)", *c.async_staleness));
+		o->async_staleness_scale = *c.async_staleness == "scale";
+	}
+	if (c.max_staleness) {
+		if (c.strategy != "async")
+			throw AgreedError(fmt::format("--max-staleness belongs to --strategy async, not {}; drop it", c.strategy));
+		o->max_staleness = parse_max_staleness(*c.max_staleness);
 	}
 	if (!c.inject_delay.empty())
 		parse_delay(c.inject_delay, world_size, o);

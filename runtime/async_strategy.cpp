@@ -1,6 +1,8 @@
 // Async training: the owners apply every worker's gradient as soon as it arrives.
 #include "runtime/async_strategy.h"
 
+#include <algorithm>
+
 #include "runtime/base/error.h"
 #include "runtime/detached_strategy.h"
 
@@ -8,7 +10,23 @@ namespace tower {
 
 TokenAnswer AsyncRule::token(const TokenBook& book) const
 {
-	return book.given_total < book.target ? TokenAnswer::grant : TokenAnswer::stop;
+	if (book.given_total >= book.target)
+		return TokenAnswer::stop;
+	// The oldest gradient in flight could still see every other one in flight and the new one
+	// applied before it: its staleness would reach (step - its tag) + in_flight.
+	if (staleness_.max_staleness >= 0 && book.in_flight > 0 &&
+	    book.step - book.oldest_in_flight + book.in_flight > staleness_.max_staleness)
+		return TokenAnswer::wait;
+	return TokenAnswer::grant;
+}
+
+float AsyncRule::staleness_factor(int64_t staleness) const
+{
+	if (!staleness_.scale)
+		return 1.0f;
+	// The seed's 1/workers already covers a staleness of workers - 1; only staler gradients shrink.
+	const int64_t covered = scale_ ? workers_ : 1;
+	return static_cast<float>(covered) / static_cast<float>(std::max(covered, staleness + 1));
 }
 
 std::unique_ptr<Strategy> make_async_strategy(const Topology& topology, const Device& device, Model& model,
@@ -19,7 +37,9 @@ std::unique_ptr<Strategy> make_async_strategy(const Topology& topology, const De
 					      "--strategy sync-replicas to aggregate them", options.replicas_to_aggregate));
 	const int workers = topology.size() - std::max(options.ps_ranks, 0);
 	return std::make_unique<DetachedStrategy>(topology, device, model, optimizer, options,
-						  std::make_unique<AsyncRule>(std::max(workers, 1), options.async_scale),
+						  std::make_unique<AsyncRule>(std::max(workers, 1), options.async_scale,
+									      AsyncStaleness{options.async_staleness_scale,
+											     options.max_staleness}),
 						  "async");
 }
 

@@ -57,6 +57,7 @@ OwnerService::OwnerService(OwnerSetup setup) : s_(std::move(setup))
 		at += p.value.numel();
 	}
 	taken_.assign(static_cast<size_t>(s_.workers), 0);
+	in_flight_.assign(static_cast<size_t>(s_.workers), -1);
 	window_clock_ = now_s();
 }
 
@@ -95,7 +96,7 @@ void OwnerService::handle(int tag, int source, int64_t min_step, const PushHeade
 			waiting_values_.emplace_back(source, min_step);
 		break;
 	case tag_push:
-		take_gradient(*push, gradient);
+		take_gradient(source, *push, gradient);
 		break;
 	case tag_bye:
 		++byes_;
@@ -116,11 +117,17 @@ void OwnerService::answer_token(int source)
 	book.given_total = given_total_;
 	book.taken_by_worker = taken_[w];
 	book.worker = static_cast<int>(w);
+	for (const int64_t t : in_flight_)
+		if (t >= 0) {
+			book.oldest_in_flight = book.in_flight ? std::min(book.oldest_in_flight, t) : t;
+			++book.in_flight;
+		}
 	switch (s_.rule->token(book)) {
 	case TokenAnswer::grant:
 		++given_this_step_;
 		++given_total_;
 		++taken_[w];
+		in_flight_[w] = *s_.global_step;
 		reply(source, true);
 		break;
 	case TokenAnswer::wait:
@@ -144,8 +151,10 @@ void OwnerService::reply(int source, bool granted)
 	wait_with_backoff(requests[1], "owner: sending values");
 }
 
-void OwnerService::take_gradient(const PushHeader& h, const float* gradient)
+void OwnerService::take_gradient(int source, const PushHeader& h, const float* gradient)
 {
+	if (s_.chief)
+		in_flight_[static_cast<size_t>(source - s_.first_worker_rank)] = -1;
 	++counters_.received;
 	counters_.loss_sum += h.loss;
 	const int64_t step = *s_.global_step;
@@ -155,9 +164,10 @@ void OwnerService::take_gradient(const PushHeader& h, const float* gradient)
 		++counters_.dropped_stale;
 		return;
 	}
-	for (int64_t i = 0; i < s_.count; ++i)
-		sum_[static_cast<size_t>(i)] += gradient[i];
 	const int64_t staleness = step - h.tag;
+	const float factor = s_.rule->staleness_factor(staleness);
+	for (int64_t i = 0; i < s_.count; ++i)
+		sum_[static_cast<size_t>(i)] += factor * gradient[i];
 	counters_.staleness_sum += staleness;
 	counters_.staleness_max = std::max(counters_.staleness_max, staleness);
 	window_max_ = std::max(window_max_, staleness);

@@ -53,6 +53,8 @@ struct TokenBook {
 	int64_t given_total = 0;       // tokens handed out in the whole run
 	int64_t taken_by_worker = 0;   // tokens this worker took since the last update
 	int worker = 0;                // the asking worker's index
+	int64_t in_flight = 0;         // tokens granted whose gradient has not arrived
+	int64_t oldest_in_flight = 0;  // the smallest step among those tokens (when in_flight > 0)
 };
 
 // What distinguishes async training from sync-replicas on an owner.
@@ -70,6 +72,8 @@ public:
 	// Gradients averaged (or summed) into one update, and the factor on their sum.
 	virtual int gradients_per_update() const = 0;
 	virtual float factor() const = 0;
+	// A further factor on one gradient that arrives `staleness` updates after its values were sent.
+	virtual float staleness_factor(int64_t) const { return 1.0f; }
 };
 
 // Counters one owner keeps; the chief's are the run's.
@@ -118,7 +122,7 @@ private:
 	void handle(int tag, int source, int64_t min_step, const PushHeader* push, const float* gradient);
 	void answer_token(int source);
 	void reply(int source, bool granted);
-	void take_gradient(const PushHeader& h, const float* gradient);
+	void take_gradient(int source, const PushHeader& h, const float* gradient);
 	void apply_update();
 	void serve_waiting();
 	void maybe_log_window(bool last);
@@ -132,6 +136,7 @@ private:
 	double window_clock_ = 0;
 	// Chief: tokens since the last update per worker, and requests waiting for an update.
 	std::vector<int64_t> taken_;
+	std::vector<int64_t> in_flight_; // per worker: the step of its granted token until its push; -1: none
 	int64_t given_this_step_ = 0, given_total_ = 0;
 	std::vector<int> waiting_tokens_;
 	std::vector<std::pair<int, int64_t>> waiting_values_; // (source, min_step)

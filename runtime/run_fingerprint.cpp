@@ -85,6 +85,8 @@ void describe(RunFingerprint& f, const StrategyOptions& s)
 	f.add("--ema-decay", s.ema_decay ? fmt::format("{}", *s.ema_decay) : std::string("none"));
 	f.add("--replicas-to-aggregate", s.replicas_to_aggregate);
 	f.add("--async-scale", s.async_scale);
+	f.add("--async-staleness", s.async_staleness_scale ? "scale" : "none");
+	f.add("--max-staleness", s.max_staleness >= 0 ? fmt::format("{}", s.max_staleness) : std::string("none"));
 	f.add("--inject-delay", fmt::format("{}:{}", s.inject_delay_rank, s.inject_delay_ms));
 }
 

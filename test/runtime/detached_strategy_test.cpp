@@ -214,6 +214,7 @@ TEST_CASE("async applies every gradient exactly once, scaled by 1/workers")
 		CAPTURE(scale);
 		StrategyOptions o = options("async");
 		o.async_scale = scale;
+		o.max_staleness = -1; // the seed's semantics: no worker ever waits
 		if (world().size() > 1)
 			o.inject_delay_rank = 1, o.inject_delay_ms = 5;
 		const Detached run = run_detached(o, sgd, 10);
@@ -398,6 +399,55 @@ TEST_CASE("every async gradient was computed on its owners' values of the update
 	}
 	CHECK(tags.size() > 0);
 	CHECK(wrong == 0);
+}
+
+TEST_CASE("async's staleness-aware scale: 1/max(workers, staleness + 1), or 1/(staleness + 1) unscaled")
+{
+	const AsyncRule seed(3, true), scaled(3, true, AsyncStaleness{true, -1}), plain(3, false, AsyncStaleness{true, -1});
+	for (int64_t s = 0; s < 8; ++s) {
+		CAPTURE(s);
+		CHECK(seed.factor() * seed.staleness_factor(s) == doctest::Approx(1.0 / 3));
+		CHECK(scaled.factor() * scaled.staleness_factor(s) == doctest::Approx(1.0 / std::max<double>(3, s + 1)));
+		CHECK(plain.factor() * plain.staleness_factor(s) == doctest::Approx(1.0 / static_cast<double>(s + 1)));
+	}
+}
+
+TEST_CASE("async's staleness bound: a token waits while a gradient in flight could arrive more than S late")
+{
+	const AsyncRule bounded(3, true, AsyncStaleness{false, 2}), unbounded(3, true);
+	TokenBook book;
+	book.target = 100;
+	book.step = 10;
+	CHECK(bounded.token(book) == TokenAnswer::grant); // nothing in flight
+	book.in_flight = 2;
+	book.oldest_in_flight = 10; // the oldest could see the other one and the new one: 2
+	CHECK(bounded.token(book) == TokenAnswer::grant);
+	book.oldest_in_flight = 9; // 1 update already since its fetch: 3 > 2
+	CHECK(bounded.token(book) == TokenAnswer::wait);
+	CHECK(unbounded.token(book) == TokenAnswer::grant);
+	book.given_total = 100;
+	CHECK(bounded.token(book) == TokenAnswer::stop);
+}
+
+TEST_CASE("async with --max-staleness S applies no gradient more than S updates late, whatever the delays")
+{
+	// A straggler (rank 1 sleeps) would see every other worker's gradients applied while it computes.
+	OptimizerConfig sgd;
+	sgd.name = "sgd";
+	const int workers = world().size();
+	for (const int64_t bound : {int64_t{0}, int64_t{1}}) {
+		CAPTURE(bound);
+		StrategyOptions o = options("async");
+		o.max_staleness = bound;
+		if (workers > 1)
+			o.inject_delay_rank = 1, o.inject_delay_ms = 5;
+		const Detached run = run_detached(o, sgd, 10);
+		check_counts(run.totals, 10 * workers, 10 * workers, 1);
+		for (const auto& owner : run.totals["owners"]) {
+			CAPTURE(owner.dump());
+			CHECK(owner["staleness_max"].get<int64_t>() <= bound);
+		}
+	}
 }
 
 TEST_CASE("the detached strategies' option errors are errors on every rank")
