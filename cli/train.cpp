@@ -108,8 +108,8 @@ void add_strategy_options(CLI::App& app, TrainConfig& c)
 	app.add_option("--async-staleness", c.async_staleness,
 		       "async: none (default) or scale: a gradient s updates late takes at most 1/(s+1) of the rate");
 	app.add_option("--max-staleness", c.max_staleness,
-		       "async: S >= 0 (default 1) or none; a worker waits for its token while a gradient could arrive "
-		       "more than S updates late");
+		       "async: none (default: workers never wait) or S >= 0: a worker waits for its token while a "
+		       "gradient could arrive more than S updates late");
 	app.add_option("--inject-delay", c.inject_delay,
 		       "RANK:MS: that rank sleeps MS milliseconds in every step before it sends its gradient (tests, demos)");
 }

@@ -52,7 +52,7 @@ struct TrainConfig {
 	std::optional<int> replicas_to_aggregate; // sync-replicas; unset: one per worker
 	std::optional<bool> async_scale;          // async; unset: true
 	std::optional<std::string> async_staleness; // async: none or scale; unset: none
-	std::optional<std::string> max_staleness;   // async: S >= 0 or none; unset: 1
+	std::optional<std::string> max_staleness;   // async: S >= 0 or none; unset: none
 	std::string inject_delay;                 // "RANK:MS"
 	// Run safety: the stall watchdog's limits (seconds; abort 0: never) and collective fingerprints.
 	double stall_warn = 60, stall_abort = 600;

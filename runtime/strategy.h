@@ -35,9 +35,10 @@ struct StrategyOptions {
 	// async: scale each gradient down by its staleness as well (runtime/async_strategy.h).
 	bool async_staleness_scale = false;
 	// async: the most updates a gradient may arrive late; workers wait for a token to keep it.
-	// -1: no bound (the seed's async). The default 1 lets at most two gradients be in flight at
-	// once; at 3 workers it brought async to synchronous accuracy (docs/stragglers.md).
-	int64_t max_staleness = 1;
+	// -1 (the default): no bound, the seed's async, where no worker ever waits. 1 lets at most two
+	// gradients be in flight at once; at 3 workers it brought async to synchronous accuracy but
+	// makes every worker pace itself on a straggler (docs/stragglers.md).
+	int64_t max_staleness = -1;
 	// Straggler injection (tests, demos, benchmarks): this rank sleeps inject_delay_ms in every
 	// step before it sends its gradient; -1: no rank.
 	int inject_delay_rank = -1;
