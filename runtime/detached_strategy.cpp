@@ -424,6 +424,7 @@ StrategyFacts DetachedStrategy::facts() const
 		f.gradient_bytes_per_step += static_cast<size_t>(e) * sizeof(float);
 	f.moved_bytes_per_step = 2 * f.gradient_bytes_per_step;
 	f.buckets = segments_.size();
+	f.bucket_word = "owner";
 	std::vector<int> servers;
 	for (int r = 0; r < options_.ps_ranks; ++r)
 		servers.push_back(r);

@@ -239,6 +239,7 @@ StrategyFacts ParameterServerStrategy::facts() const
 		f.gradient_bytes_per_step += static_cast<size_t>(e) * sizeof(float);
 	f.moved_bytes_per_step = transport_->moved_bytes();
 	f.buckets = placement_.owners.size();
+	f.bucket_word = "owner";
 	std::vector<int> servers;
 	for (int r = 0; r < options_.ps_ranks; ++r)
 		servers.push_back(r);

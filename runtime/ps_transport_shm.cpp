@@ -49,7 +49,7 @@ public:
 
 	const char* name() const override
 	{
-		return "reduce to owners through shared memory (owners read the workers' gradients, workers copy the owners' values)";
+		return "reduce to owners, fetch from owners, through shared memory";
 	}
 	Tensor owned_value(const VariableSlice& s) override;
 	Tensor owned_gradient(const VariableSlice& s) override;

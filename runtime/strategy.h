@@ -56,7 +56,8 @@ struct StrategyFacts {
 	size_t optimizer_state_bytes = 0;   // per-element optimizer state this rank holds
 	size_t gradient_bytes_per_step = 0; // f32 gradient bytes one step reduces
 	size_t moved_bytes_per_step = 0;    // bytes that travel per step, in the transport type
-	size_t buckets = 0;                 // fused messages per step
+	size_t buckets = 0;                 // parts the gradient travels in: fused buckets, or owners
+	std::string bucket_word = "fused bucket"; // what one of those parts is, for people
 	bool update_is_sharded = false;     // replicated: the node's replicas split the update
 	nlohmann::json details;             // strategy-specific: placement, server ranks, ...
 	std::string layout;                 // where the variables live, for people; may be empty

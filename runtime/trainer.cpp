@@ -437,10 +437,11 @@ nlohmann::json Trainer::Run::finish()
 	timeline_.finish();
 	progress_.say(fmt::format(
 		"done: {} steps ({} skipped) on {} rank(s), {} strategy, {:.0f} samples/s, test accuracy {}, compute {:.1f} s, "
-		"communication {:.1f} s ({:.2f} MB in {} message(s) per step), replicas identical (hash {:016x})",
+		"communication {:.1f} s ({:.2f} MB per step, {}, {} {}(s)), replicas identical (hash {:016x})",
 		step_, skipped_, topology_.size(), facts_.name, samples_per_s,
 		last_eval_.done ? fmt::format("{:.2f}%", 100.0 * last_eval_.raw.accuracy) : std::string("not measured"),
-		compute_s_, allreduce_s_, static_cast<double>(facts_.moved_bytes_per_step) / 1e6, facts_.buckets, hash));
+		compute_s_, allreduce_s_, static_cast<double>(facts_.moved_bytes_per_step) / 1e6, facts_.transport,
+		facts_.buckets, facts_.bucket_word, hash));
 	return summary;
 }
 

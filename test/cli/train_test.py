@@ -29,7 +29,7 @@ def lines_of(path):
 
 def done_mb(stdout):
     """The MB per step of the final 'done:' line."""
-    found = re.search(r"^done: .*\(([0-9.]+) MB in \d+ message", stdout, re.MULTILINE)
+    found = re.search(r"^done: .*\(([0-9.]+) MB per step, ", stdout, re.MULTILINE)
     return float(found.group(1)) if found else None
 
 
