@@ -60,7 +60,7 @@ if replicated and ps:
     expect(any(x["event"] == "placement" for x in ps), "no placement event in the metrics")
     expect("least-loaded" in ps_out, "the placement is not printed at start")
     # Both ranks share this host: the shared-memory transport, named at start and in the summary.
-    expect("reduce to owners through shared memory" in s["transport"] and s["transport"] in ps_out,
+    expect("through shared memory" in s["transport"] and s["transport"] in ps_out,
            f"transport: {s['transport']}")
     expect(abs(s["test_accuracy"] - replicated[-1]["test_accuracy"]) < 1e-9, "test accuracy differs")
 
