@@ -17,10 +17,6 @@ public:
 	// `lr`. Returns whether the update was applied; the verdict is the same on every rank.
 	virtual bool finish(float factor, float lr, double* grad_norm) = 0;
 	virtual bool is_sharded() const = 0;
-	// Not collective: the parameters' values were changed outside finish() (a broadcast, a restore,
-	// averages swapped in); a variant that keeps 16-bit working copies (Parameter::working) rounds
-	// them again.
-	virtual void values_changed() {}
 };
 
 } // namespace tower

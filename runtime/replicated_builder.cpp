@@ -69,7 +69,7 @@ ReplicatedBuilder::ReplicatedBuilder(const Topology& topology, const Device& dev
 	if (options_.shard_update && !device_.is_cuda() && compressed_storage_.empty() &&
 	    ShardedUpdate::applies(*all_reduce_, plan_))
 		update_ = std::make_unique<ShardedUpdate>(*all_reduce_, plan_, bucket_storage_, options_.reduce, parameters_,
-							  optimizer_, model_.precision());
+							  optimizer_);
 	else
 		update_ = std::make_unique<WholeUpdate>(*all_reduce_, plan_, bucket_storage_, compressed_storage_, device_,
 							options_.reduce, parameters_, optimizer_);
@@ -78,7 +78,6 @@ ReplicatedBuilder::ReplicatedBuilder(const Topology& topology, const Device& dev
 	for (auto& s : optimizer_.state())
 		variables_to_sync.push_back(s);
 	broadcast_named(topology_, variables_to_sync, 0);
-	update_->values_changed();
 	auto scaler_state = loss_scaler_.state();
 	broadcast_named(topology_, scaler_state, 0);
 	if (options_.overlap) {

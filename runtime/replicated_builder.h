@@ -86,9 +86,6 @@ public:
 	// (the whole world without subgroups), or tower::AgreedError naming the ranks and the first
 	// tensor that differ.
 	uint64_t check_replicas() const;
-	// Not collective: the parameters' values were changed outside a step (a restore, averages
-	// swapped in or out); whatever the update keeps derived from them is made again.
-	void values_changed() { update_->values_changed(); }
 
 	const BucketPlan& plan() const { return plan_; }
 	// The gradient bytes of one step (f32, padding included).

@@ -62,7 +62,6 @@ void ReplicatedStrategy::use_averages(bool averaged)
 {
 	TOWER_CHECK(averages_ != nullptr, "use_averages({}) without --ema-decay: no averages are kept", averaged);
 	averages_->swap_in(averaged);
-	builder_->values_changed();
 }
 
 std::vector<NamedTensor> ReplicatedStrategy::variables()
@@ -82,7 +81,6 @@ void ReplicatedStrategy::variables_restored()
 		(v.tensor.device().is_cuda() ? device : host).push_back(v);
 	broadcast_named(topology_, device, 0);
 	broadcast_named(topology_, host, 0);
-	builder_->values_changed();
 }
 
 StrategyFacts ReplicatedStrategy::facts() const

@@ -40,14 +40,11 @@ bool ShardedUpdate::applies(AllReduce& all_reduce, const BucketPlan& plan)
 }
 
 ShardedUpdate::ShardedUpdate(AllReduce& all_reduce, const BucketPlan& plan, const std::vector<Tensor>& gradients,
-			     ReduceOp op, const std::vector<Parameter*>& parameters, Optimizer& optimizer,
-			     DType working)
+			     ReduceOp op, const std::vector<Parameter*>& parameters, Optimizer& optimizer)
 	: all_reduce_(all_reduce), sharding_(*all_reduce.node_sharding()), plan_(plan), gradients_(gradients), op_(op),
 	  parameters_(parameters), optimizer_(optimizer)
 {
 	TOWER_CHECK(applies(all_reduce, plan), "a sharded update needs f32 buckets on a node of several ranks");
-	TOWER_CHECK(working == DType::f32 || working == DType::f16 || working == DType::bf16,
-		    "working copies are f16 or bf16 (f32 needs none), not {}", dtype_name(working));
 	const size_t slots = parameters_.empty() ? 0 : optimizer_.parameter_state(0).size();
 	for (size_t b = 0; b < plan_.buckets.size(); ++b) {
 		std::vector<Tensor*> values;
@@ -62,39 +59,13 @@ ShardedUpdate::ShardedUpdate(AllReduce& all_reduce, const BucketPlan& plan, cons
 				state.push_back(optimizer_.parameter_state(m.tensor).at(k));
 			states_.back().push_back(move_into_bucket_layout(b, state));
 		}
-		if (working != DType::f32)
-			working_.push_back(working_copies(b, working));
 	}
-	values_changed();
-}
-
-Tensor ShardedUpdate::working_copies(size_t b, DType type)
-{
-	// The same layout at the 16-bit width: element offsets are the f32 offsets / 4.
-	const Bucket& bucket = plan_.buckets[b];
-	const size_t bytes = bucket.count() * dtype_size(type);
-	void* data = all_reduce_.allocate(bytes);
-	std::memset(data, 0, bytes);
-	for (const BucketMember& m : bucket.members) {
-		Parameter& p = *parameters_[m.tensor];
-		const size_t element = m.offset / sizeof(float);
-		p.working = Tensor::view(static_cast<char*>(data) + element * dtype_size(type), p.value.shape(), type,
-					 Device{});
-	}
-	return Tensor::view(data, {static_cast<int64_t>(bucket.count())}, type, Device{});
-}
-
-void ShardedUpdate::values_changed()
-{
-	for (size_t b = 0; b < working_.size(); ++b)
-		ops_for(Device{}).cast(values_[b], working_[b], false);
 }
 
 ShardedUpdate::~ShardedUpdate()
 {
 	// The shared memory goes with the all-reduce; the model and the optimizer may outlive it.
 	for (size_t i = 0; i < parameters_.size(); ++i) {
-		parameters_[i]->working = Tensor();
 		parameters_[i]->value = owned_copy(parameters_[i]->value);
 		for (Tensor* s : optimizer_.parameter_state(i))
 			*s = owned_copy(*s);
@@ -194,16 +165,6 @@ void ShardedUpdate::update_block(size_t b, size_t first, size_t length, float lr
 	copy_to_peers(range.value);
 	for (size_t k = 0; k < states_[b].size(); ++k)
 		copy_to_peers(range.state[k]);
-	if (working_.empty())
-		return;
-	// Rounded once from the cache, then copied: every replica gets the same 16-bit bits.
-	const size_t width = dtype_size(working_[b].dtype());
-	char* low = static_cast<char*>(working_[b].data()) + first * width;
-	ops_for(Device{}).cast(Tensor::view(range.value, {static_cast<int64_t>(length)}, DType::f32, Device{}),
-			       Tensor::view(low, {static_cast<int64_t>(length)}, working_[b].dtype(), Device{}), false);
-	for (int r = 0; r < sharding_.node_size(); ++r)
-		if (r != sharding_.node_rank())
-			std::memcpy(sharding_.peer_address(low, r), low, length * width);
 }
 
 } // namespace tower

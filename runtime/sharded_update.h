@@ -29,14 +29,9 @@ public:
 	// offsets), keeping their values, so one flat range covers the same elements of all three.
 	// `gradients` are the bucket storages (memory from `all_reduce` too). `parameters`,
 	// `optimizer` and `all_reduce` must outlive this object.
-	// With a 16-bit `working` type (the model's compute type) it also keeps each parameter's
-	// Parameter::working current: the rank that updates a shard rounds it once, while it is still
-	// in the cache, into every replica's working copy, instead of every replica rounding the whole
-	// model in its next forward.
 	ShardedUpdate(AllReduce& all_reduce, const BucketPlan& plan, const std::vector<Tensor>& gradients,
-		      ReduceOp op, const std::vector<Parameter*>& parameters, Optimizer& optimizer,
-		      DType working = DType::f32);
-	// Moves the parameters and the state back into memory of their own; empties the working copies.
+		      ReduceOp op, const std::vector<Parameter*>& parameters, Optimizer& optimizer);
+	// Moves the parameters and the state back into memory of their own.
 	~ShardedUpdate();
 	ShardedUpdate(const ShardedUpdate&) = delete;
 	ShardedUpdate& operator=(const ShardedUpdate&) = delete;
@@ -50,17 +45,12 @@ public:
 	// the update was applied; `grad_norm` is the norm of the whole (scaled) reduced gradient.
 	bool finish(float factor, float lr, double* grad_norm) override;
 	bool is_sharded() const override { return true; }
-	// Rounds this replica's whole values into its working copies.
-	void values_changed() override;
 
 private:
 	Segment shard_of(size_t b) const;
 	// Collective: memory from the all-reduce shaped like bucket `b`, holding `tensors`' values at
 	// their members' offsets, which are rebound to views of it.
 	Tensor move_into_bucket_layout(size_t b, const std::vector<Tensor*>& tensors);
-	// Collective: 16-bit memory from the all-reduce shaped like bucket `b`; points each member's
-	// Parameter::working at its part.
-	Tensor working_copies(size_t b, DType type);
 	void update_block(size_t b, size_t first, size_t length, float lr);
 
 	AllReduce& all_reduce_;
@@ -71,7 +61,6 @@ private:
 	std::vector<Parameter*> parameters_;
 	Optimizer& optimizer_;
 	std::vector<Tensor> values_;              // per bucket
-	std::vector<Tensor> working_;             // per bucket, 16-bit; empty without a working type
 	std::vector<std::vector<Tensor>> states_; // per bucket, per state slot
 	std::vector<double> reduced_squares_;     // per bucket: this rank's shard, summed by reduce()
 };
