@@ -59,13 +59,13 @@ TrainerConfig config(const StrategyOptions& strategy, const std::string& dir)
 // The parameters' hash from the summary, the averaged parameters' hash and the loss scale (seen
 // through the strategy, whatever variables() lists), and a checksum of every variable this rank
 // holds.
-std::string trained_hash(const TrainerConfig& c, std::optional<int> ranks_per_node)
+std::string trained_hash(const TrainerConfig& c, std::optional<int> ranks_per_node, DType precision)
 {
 	static const Dataset data = tower::test::synthetic_dataset(400);
 	static const Dataset no_test_data; // the trainer keeps a reference: it must outlive the run
 	const Topology topology(world().comm(), ranks_per_node);
 	const Device cpu;
-	auto model = make_model({"mlp", 32, 1, 7}, cpu);
+	auto model = make_model({"mlp", 32, 1, 7, precision}, cpu);
 	Trainer trainer(topology, cpu, *model, data, no_test_data, c);
 	const std::string parameters = trainer.run().at("replica_hash").get<std::string>();
 	Strategy& strategy = trainer.strategy();
@@ -82,17 +82,17 @@ std::string trained_hash(const TrainerConfig& c, std::optional<int> ranks_per_no
 
 // `ranks_per_node` 1 simulates a host per rank: the parameter server's MPI transport.
 void check_resume(const StrategyOptions& strategy, const std::string& tag,
-		  std::optional<int> ranks_per_node = std::nullopt)
+		  std::optional<int> ranks_per_node = std::nullopt, DType precision = DType::f32)
 {
 	const std::string dir = shared_empty_dir(tag);
-	const std::string whole = trained_hash(config(strategy, dir), ranks_per_node);
+	const std::string whole = trained_hash(config(strategy, dir), ranks_per_node, precision);
 	// The run is cut after step 10's checkpoint: step 20's goes, then the run resumes.
 	if (world().rank() == 0)
 		std::filesystem::remove_all(checkpoint_step_dir(dir, 20));
 	TOWER_MPI(MPI_Barrier(world().comm()));
 	TrainerConfig resumed = config(strategy, dir);
 	resumed.checkpoint.resume = true;
-	CHECK(trained_hash(resumed, ranks_per_node) == whole);
+	CHECK(trained_hash(resumed, ranks_per_node, precision) == whole);
 	if (world().rank() == 0)
 		std::filesystem::remove_all(dir);
 }
@@ -104,6 +104,13 @@ TEST_CASE("resume: replicated")
 	StrategyOptions o;
 	o.replicated.mode = AllReduceMode::hierarchical;
 	check_resume(o, "replicated");
+}
+
+TEST_CASE("resume: replicated in bf16 (16-bit compute, f32 masters and state)")
+{
+	StrategyOptions o;
+	o.replicated.mode = AllReduceMode::hierarchical;
+	check_resume(o, "replicated-bf16", std::nullopt, DType::bf16);
 }
 
 TEST_CASE("resume: parameter-server, every rank an owner, and with a dedicated server")
