@@ -47,6 +47,7 @@ public:
 	void reduce_shard(void* data, size_t count, DType dtype, ReduceOp op, Segment shard,
 			  const std::function<void(size_t first, size_t length)>& reduced) override;
 	char* peer_address(const void* mine, int node_rank) const override;
+	void* allocate_node_copy(size_t bytes) override;
 	void node_barrier() override { shm_.barrier("sharded update (node barrier)"); }
 	// Whether the last run() took the direct path (for tests).
 	bool last_run_was_direct() const { return last_direct_; }
@@ -74,6 +75,8 @@ private:
 	size_t round_bytes_;
 	uint64_t rounds_ = 0; // rounds run so far; its parity picks the slot half
 	std::vector<std::unique_ptr<SharedWindow>> windows_; // from allocate(), same order on every rank
+	// From allocate_node_copy(): apart from windows_, whose buffers are per rank.
+	std::vector<std::unique_ptr<SharedWindow>> node_copies_;
 	bool last_direct_ = false;
 };
 

@@ -1,6 +1,6 @@
 // The hierarchical all-reduce's sharded form: each node rank reduces one shard in place and stops
-// there, leaving the spreading of results to the caller (a sharded optimizer step spreads the
-// updated parameters instead of the reduced gradients).
+// there, leaving the rest to the caller (a sharded optimizer step updates that shard of variables
+// the node keeps one copy of, in memory from allocate_node_copy(), instead of spreading gradients).
 #include "collectives/all_reduce_hierarchical.h"
 #include "runtime/base/collective_debug.h"
 #include "runtime/base/error.h"
@@ -38,6 +38,13 @@ void HierarchicalAllReduce::reduce_shard(void* data, size_t count, DType dtype, 
 		if (reduced)
 			reduced(first, length);
 	});
+}
+
+void* HierarchicalAllReduce::allocate_node_copy(size_t bytes)
+{
+	// Node rank 0 holds the memory; the others ask for none of their own and use its.
+	node_copies_.push_back(std::make_unique<SharedWindow>(shm_.comm(), shm_.rank() == 0 ? bytes : 0));
+	return node_copies_.back()->base(0);
 }
 
 } // namespace tower

@@ -13,8 +13,9 @@
 namespace tower {
 
 // An all-reduce over shared memory can split the work after the reduction too: each node rank
-// reduces one shard of a buffer from allocate(), updates that shard of every replica on the node
-// and leaves the rest to its peers. AllReduce::node_sharding() offers this where it can.
+// reduces one shard of a buffer from allocate() and updates that shard of variables the node
+// keeps one copy of (allocate_node_copy()), leaving the rest to its peers.
+// AllReduce::node_sharding() offers this where it can.
 class NodeSharding {
 public:
 	virtual ~NodeSharding() = default;
@@ -43,6 +44,11 @@ public:
 	// Where node rank `node_rank` keeps what this rank keeps at `mine` (inside memory from
 	// allocate(): the peers' matching allocations have the same layout).
 	virtual char* peer_address(const void* mine, int node_rank) const = 0;
+
+	// Collective over the node's ranks: `bytes` of memory that is one and the same on every node
+	// rank (each gets its own address of it), for variables the node keeps a single copy of.
+	// Its contents are undefined until written; it lives as long as this object.
+	virtual void* allocate_node_copy(size_t bytes) = 0;
 
 	// Returns once every node rank has called it: writes before it are visible to all after it.
 	virtual void node_barrier() = 0;

@@ -66,13 +66,6 @@ ReplicatedBuilder::ReplicatedBuilder(const Topology& topology, const Device& dev
 	all_reduce_ = make_all_reduce(topology_, device_, options_.mode, options_.groups, options_.all_reduce);
 	replica_comm_ = replica_group_comm(topology_, options_.groups);
 	bind_gradients_to_buckets();
-	if (options_.shard_update && !device_.is_cuda() && compressed_storage_.empty() &&
-	    ShardedUpdate::applies(*all_reduce_, plan_))
-		update_ = std::make_unique<ShardedUpdate>(*all_reduce_, plan_, bucket_storage_, options_.reduce, parameters_,
-							  optimizer_);
-	else
-		update_ = std::make_unique<WholeUpdate>(*all_reduce_, plan_, bucket_storage_, compressed_storage_, device_,
-							options_.reduce, parameters_, optimizer_);
 	// Device tensors and the loss scaler's host tensors travel in separate broadcasts.
 	auto variables_to_sync = parameter_tensors();
 	for (auto& s : optimizer_.state())
@@ -80,6 +73,15 @@ ReplicatedBuilder::ReplicatedBuilder(const Topology& topology, const Device& dev
 	broadcast_named(topology_, variables_to_sync, 0);
 	auto scaler_state = loss_scaler_.state();
 	broadcast_named(topology_, scaler_state, 0);
+	// After the broadcast: a sharded update keeps one copy of the variables per node, made from
+	// the node's first rank's, so the replicas must agree first.
+	if (options_.shard_update && !device_.is_cuda() && compressed_storage_.empty() &&
+	    ShardedUpdate::applies(*all_reduce_, plan_))
+		update_ = std::make_unique<ShardedUpdate>(*all_reduce_, plan_, bucket_storage_, options_.reduce, parameters_,
+							  optimizer_);
+	else
+		update_ = std::make_unique<WholeUpdate>(*all_reduce_, plan_, bucket_storage_, compressed_storage_, device_,
+							options_.reduce, parameters_, optimizer_);
 	if (options_.overlap) {
 		// CUDA's current device is per host thread: the casts, copies and collectives of the
 		// communication thread must run on this rank's GPU, not on device 0.

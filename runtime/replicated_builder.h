@@ -98,6 +98,14 @@ public:
 	// Whether steps split the update across the node's replicas (options.shard_update, where it
 	// applies).
 	bool update_is_sharded() const { return update_->is_sharded(); }
+	// Whether this rank holds the memory of the parameters and optimizer state it uses (not so
+	// on a node's ranks other than the first, under a sharded update).
+	bool holds_variables() const { return update_->holds_variables(); }
+	// Collective: what writes the parameters or the optimizer state between steps goes through
+	// one of these, since a sharded update keeps one copy of them per node (see
+	// GradientUpdate::write_variables and with_own_variables).
+	void write_variables(const std::function<void(bool writes)>& write) { update_->write_variables(write); }
+	void with_own_variables(const std::function<void()>& body) { update_->with_own_variables(body); }
 
 private:
 	void check_gradient_list() const;

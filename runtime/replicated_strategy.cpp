@@ -61,7 +61,8 @@ ForwardResult ReplicatedStrategy::evaluate(const Tensor& images, const Tensor& l
 void ReplicatedStrategy::use_averages(bool averaged)
 {
 	TOWER_CHECK(averages_ != nullptr, "use_averages({}) without --ema-decay: no averages are kept", averaged);
-	averages_->swap_in(averaged);
+	// Where the node keeps one copy of the parameters, one rank swaps it for the node.
+	builder_->write_variables([&](bool writes) { averages_->swap_in(averaged, writes); });
 }
 
 std::vector<NamedTensor> ReplicatedStrategy::variables()
@@ -75,12 +76,15 @@ std::vector<NamedTensor> ReplicatedStrategy::variables()
 
 void ReplicatedStrategy::variables_restored()
 {
-	// Rank 0 read the checkpoint; every replica takes its values, device and host tensors apart.
-	std::vector<NamedTensor> device, host;
-	for (auto& v : variables())
-		(v.tensor.device().is_cuda() ? device : host).push_back(v);
-	broadcast_named(topology_, device, 0);
-	broadcast_named(topology_, host, 0);
+	// Rank 0 read the checkpoint; every replica takes its values, device and host tensors apart,
+	// into a copy of its own (the broadcast writes on every rank).
+	builder_->with_own_variables([&] {
+		std::vector<NamedTensor> device, host;
+		for (auto& v : variables())
+			(v.tensor.device().is_cuda() ? device : host).push_back(v);
+		broadcast_named(topology_, device, 0);
+		broadcast_named(topology_, host, 0);
+	});
 }
 
 StrategyFacts ReplicatedStrategy::facts() const
@@ -88,9 +92,12 @@ StrategyFacts ReplicatedStrategy::facts() const
 	StrategyFacts f;
 	f.name = "replicated";
 	f.transport = std::string(all_reduce_mode_name(builder_->mode())) + " all-reduce";
-	for (const NamedTensor& p : builder_->parameter_tensors())
-		f.parameter_bytes += p.tensor.bytes();
-	f.optimizer_state_bytes = per_element_state_bytes(*optimizer_);
+	// Under a sharded update the node's first rank holds the variables its ranks share.
+	if (builder_->holds_variables()) {
+		for (const NamedTensor& p : builder_->parameter_tensors())
+			f.parameter_bytes += p.tensor.bytes();
+		f.optimizer_state_bytes = per_element_state_bytes(*optimizer_);
+	}
 	f.gradient_bytes_per_step = builder_->bytes_per_step();
 	f.moved_bytes_per_step = builder_->bytes_moved_per_step();
 	f.buckets = builder_->plan().buckets.size();

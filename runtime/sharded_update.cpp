@@ -15,12 +15,8 @@ namespace tower {
 
 namespace {
 
-// Shard boundaries fall on whole cache lines, so no two ranks write the same line of a replica.
+// Shard boundaries fall on whole cache lines, so no two ranks write the same line of the copy.
 constexpr size_t shard_alignment = 16; // f32 elements
-
-// The update works through a shard in blocks whose results are still in L2 when they are copied
-// into the other replicas.
-constexpr size_t update_block_elements = size_t{16} << 10;
 
 Tensor owned_copy(const Tensor& view)
 {
@@ -45,26 +41,62 @@ ShardedUpdate::ShardedUpdate(AllReduce& all_reduce, const BucketPlan& plan, cons
 	  parameters_(parameters), optimizer_(optimizer)
 {
 	TOWER_CHECK(applies(all_reduce, plan), "a sharded update needs f32 buckets on a node of several ranks");
-	const size_t slots = parameters_.empty() ? 0 : optimizer_.parameter_state(0).size();
+	state_slots_ = parameters_.empty() ? 0 : optimizer_.parameter_state(0).size();
 	for (size_t b = 0; b < plan_.buckets.size(); ++b) {
-		std::vector<Tensor*> values;
-		for (const BucketMember& m : plan_.buckets[b].members)
-			values.push_back(&parameters_[m.tensor]->value);
-		values_.push_back(move_into_bucket_layout(b, values));
+		const Bucket& bucket = plan_.buckets[b];
+		node_copy_.emplace_back();
+		for (size_t k = 0; k < 1 + state_slots_; ++k)
+			node_copy_.back().push_back(Tensor::view(sharding_.allocate_node_copy(bucket.bytes),
+								 {static_cast<int64_t>(bucket.count())}, DType::f32,
+								 Device{}));
 		reduced_squares_.push_back(0.0);
-		states_.emplace_back();
-		for (size_t k = 0; k < slots; ++k) {
-			std::vector<Tensor*> state;
-			for (const BucketMember& m : plan_.buckets[b].members)
-				state.push_back(optimizer_.parameter_state(m.tensor).at(k));
-			states_.back().push_back(move_into_bucket_layout(b, state));
-		}
 	}
+	share();
 }
 
 ShardedUpdate::~ShardedUpdate()
 {
-	// The shared memory goes with the all-reduce; the model and the optimizer may outlive it.
+	// The node's copy goes with the all-reduce; the model and the optimizer may outlive it.
+	take_own();
+}
+
+std::vector<std::vector<Tensor*>> ShardedUpdate::member_tensors(size_t b)
+{
+	std::vector<std::vector<Tensor*>> out(1 + state_slots_);
+	for (const BucketMember& m : plan_.buckets[b].members) {
+		out[0].push_back(&parameters_[m.tensor]->value);
+		const std::vector<Tensor*> state = optimizer_.parameter_state(m.tensor);
+		for (size_t k = 0; k < state_slots_; ++k)
+			out[1 + k].push_back(state.at(k));
+	}
+	return out;
+}
+
+void ShardedUpdate::share()
+{
+	const bool fills = sharding_.node_rank() == 0;
+	for (size_t b = 0; b < plan_.buckets.size(); ++b) {
+		const Bucket& bucket = plan_.buckets[b];
+		const auto tensors = member_tensors(b);
+		for (size_t k = 0; k < tensors.size(); ++k) {
+			char* base = static_cast<char*>(node_copy_[b][k].data());
+			if (fills) // the padding between members stays zero, which updates keep
+				std::memset(base, 0, bucket.bytes);
+			for (size_t m = 0; m < bucket.members.size(); ++m) {
+				Tensor& t = *tensors[k][m];
+				Tensor view = Tensor::view(base + bucket.members[m].offset, t.shape(), DType::f32, Device{});
+				if (fills)
+					view.copy_from(t);
+				t = view;
+			}
+		}
+	}
+	// Nobody reads the node's copy before it is whole.
+	sharding_.node_barrier();
+}
+
+void ShardedUpdate::take_own()
+{
 	for (size_t i = 0; i < parameters_.size(); ++i) {
 		parameters_[i]->value = owned_copy(parameters_[i]->value);
 		for (Tensor* s : optimizer_.parameter_state(i))
@@ -72,19 +104,22 @@ ShardedUpdate::~ShardedUpdate()
 	}
 }
 
-Tensor ShardedUpdate::move_into_bucket_layout(size_t b, const std::vector<Tensor*>& tensors)
+void ShardedUpdate::write_variables(const std::function<void(bool writes)>& write)
 {
-	const Bucket& bucket = plan_.buckets[b];
-	void* data = all_reduce_.allocate(bucket.bytes);
-	std::memset(data, 0, bucket.bytes); // the padding between members stays zero, which updates keep
-	const Tensor storage = Tensor::view(data, {static_cast<int64_t>(bucket.count())}, DType::f32, Device{});
-	for (size_t m = 0; m < bucket.members.size(); ++m) {
-		Tensor& t = *tensors[m];
-		Tensor view = Tensor::view(static_cast<char*>(data) + bucket.members[m].offset, t.shape(), DType::f32, Device{});
-		view.copy_from(t);
-		t = view;
-	}
-	return storage;
+	sharding_.node_barrier(); // no rank still reads the copy
+	write(sharding_.node_rank() == 0);
+	sharding_.node_barrier(); // nor reads it before it is written
+}
+
+void ShardedUpdate::with_own_variables(const std::function<void()>& body)
+{
+	// What node rank 0 wrote into the node's copy before the call is in every rank's own.
+	sharding_.node_barrier();
+	take_own();
+	// Node rank 0 writes the node's copy again only once every rank has taken its own.
+	sharding_.node_barrier();
+	body();
+	share();
 }
 
 Segment ShardedUpdate::shard_of(size_t b) const
@@ -127,7 +162,8 @@ bool ShardedUpdate::finish(float factor, float lr, double* grad_norm)
 		partial += sum_of_squares(mine);
 	}
 	// Summed in node-rank order on every rank, so every rank reaches the same verdict. The
-	// exchange also tells each rank that all shards are reduced: no peer reads gradients after it.
+	// exchange also tells each rank that all shards are reduced and every backward is done: no
+	// peer reads gradients or parameters after it, until the barrier below.
 	std::vector<double> partials(static_cast<size_t>(sharding_.node_size()));
 	MPI_Request request = MPI_REQUEST_NULL;
 	TOWER_MPI(MPI_Iallgather(&partial, 1, MPI_DOUBLE, partials.data(), 1, MPI_DOUBLE, sharding_.node_comm(), &request));
@@ -139,32 +175,22 @@ bool ShardedUpdate::finish(float factor, float lr, double* grad_norm)
 	const bool finite = std::isfinite(squares);
 	if (finite) {
 		optimizer_.count_step();
-		for (size_t b = 0; b < plan_.buckets.size(); ++b) {
-			const Segment shard = shard_of(b);
-			for (size_t first = shard.start; first < shard.start + shard.length; first += update_block_elements)
-				update_block(b, first, std::min(update_block_elements, shard.start + shard.length - first), lr);
-		}
+		for (size_t b = 0; b < plan_.buckets.size(); ++b)
+			update_shard(b, lr);
 	}
-	// Every replica is whole again once every rank has written its shards.
+	// The node's copy is whole again once every rank has updated its shards.
 	sharding_.node_barrier();
 	return finite;
 }
 
-void ShardedUpdate::update_block(size_t b, size_t first, size_t length, float lr)
+void ShardedUpdate::update_shard(size_t b, float lr)
 {
-	UpdateRange range{values_[b].data_as<float>() + first, gradients_[b].data_as<float>() + first, {},
-			  static_cast<int64_t>(length)};
-	for (size_t k = 0; k < states_[b].size(); ++k)
-		range.state[k] = states_[b][k].data_as<float>() + first;
+	const Segment shard = shard_of(b);
+	UpdateRange range{node_copy_[b][0].data_as<float>() + shard.start,
+			  gradients_[b].data_as<float>() + shard.start, {}, static_cast<int64_t>(shard.length)};
+	for (size_t k = 0; k < state_slots_; ++k)
+		range.state[k] = node_copy_[b][1 + k].data_as<float>() + shard.start;
 	optimizer_.update_range(range, lr);
-	auto copy_to_peers = [&](const float* mine) {
-		for (int r = 0; r < sharding_.node_size(); ++r)
-			if (r != sharding_.node_rank())
-				std::memcpy(sharding_.peer_address(mine, r), mine, length * sizeof(float));
-	};
-	copy_to_peers(range.value);
-	for (size_t k = 0; k < states_[b].size(); ++k)
-		copy_to_peers(range.state[k]);
 }
 
 } // namespace tower

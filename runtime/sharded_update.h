@@ -1,7 +1,8 @@
-// The optimizer step split across the replicas of one node: each rank reduces, checks and updates
-// one shard of the gradients, parameters and optimizer state, and writes it into every replica.
+// The optimizer step split across the replicas of one node: the node keeps one copy of the
+// parameters and optimizer state, and each rank reduces, checks and updates one shard of it.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "collectives/all_reduce.h"
@@ -12,26 +13,30 @@
 
 namespace tower {
 
-// Where the replicas of a group share a node's memory, the reduced gradient need not reach every
-// replica: rank r reduces shard r of each bucket, and the node agrees on finiteness and the norm
-// from per-shard partial sums; then rank r applies the update to shard r of the parameters and
-// the optimizer state and copies the result into every replica on the node. Each replica ends
-// the step holding what the unsharded step would give it, and the update's memory traffic and
-// arithmetic are split over the node's ranks instead of repeated on each.
+// Where the replicas of a group share a node's memory, the node needs only one copy of the
+// variables and the reduced gradient need not reach every replica: the node's ranks all read the
+// parameters and the optimizer state from one copy in shared memory, rank r reduces shard r of
+// each bucket, the node agrees on finiteness and the norm from per-shard partial sums, and rank r
+// applies the update to shard r of that copy. Every rank ends the step seeing what the unsharded
+// step would give it, the update's memory traffic and arithmetic are split over the node's ranks
+// instead of repeated on each, nothing is copied between replicas, and the node holds the
+// parameters and the optimizer state once instead of once per rank.
 class ShardedUpdate final : public GradientUpdate {
 public:
 	// True when `all_reduce` can shard (its ranks share memory, more than one per node) and the
 	// buckets are f32, as sharded steps need.
 	static bool applies(AllReduce& all_reduce, const BucketPlan& plan);
 
-	// Collective over the group. Moves the parameters' values and the optimizer's per-parameter
-	// state into memory from `all_reduce` laid out exactly like the gradient buckets (same
-	// offsets), keeping their values, so one flat range covers the same elements of all three.
-	// `gradients` are the bucket storages (memory from `all_reduce` too). `parameters`,
-	// `optimizer` and `all_reduce` must outlive this object.
+	// Collective over the group. Every replica must hold the same values (rank 0's, as after the
+	// builder's broadcast). Moves the parameters' values and the optimizer's per-parameter state
+	// into one copy per node, shared by its ranks and laid out exactly like the gradient buckets
+	// (same offsets), so one flat range covers the same elements of all three; node rank 0's
+	// values fill it. `gradients` are the bucket storages (memory from `all_reduce`).
+	// `parameters`, `optimizer` and `all_reduce` must outlive this object.
 	ShardedUpdate(AllReduce& all_reduce, const BucketPlan& plan, const std::vector<Tensor>& gradients,
 		      ReduceOp op, const std::vector<Parameter*>& parameters, Optimizer& optimizer);
-	// Moves the parameters and the state back into memory of their own.
+	// Gives every rank its own copy of the parameters and the state again. Not collective (it may
+	// run while an error unwinds); the node's copy stays readable until the all-reduce goes.
 	~ShardedUpdate();
 	ShardedUpdate(const ShardedUpdate&) = delete;
 	ShardedUpdate& operator=(const ShardedUpdate&) = delete;
@@ -41,17 +46,27 @@ public:
 
 	// Collective, after reduce() of every bucket: multiplies the shards by `factor`, sums their
 	// squares across the node and, when every value is finite, applies one optimizer update with
-	// `lr` to this rank's shards and copies them into the node's other replicas. Returns whether
-	// the update was applied; `grad_norm` is the norm of the whole (scaled) reduced gradient.
+	// `lr` to this rank's shard of the node's copy. Returns once every shard is updated, with
+	// whether the update was applied; `grad_norm` is the norm of the whole (scaled) reduced
+	// gradient.
 	bool finish(float factor, float lr, double* grad_norm) override;
 	bool is_sharded() const override { return true; }
+	bool holds_variables() const override { return sharding_.node_rank() == 0; }
+
+	// Node rank 0 writes the node's copy, between node barriers; the others only wait.
+	void write_variables(const std::function<void(bool writes)>& write) override;
+	void with_own_variables(const std::function<void()>& body) override;
 
 private:
 	Segment shard_of(size_t b) const;
-	// Collective: memory from the all-reduce shaped like bucket `b`, holding `tensors`' values at
-	// their members' offsets, which are rebound to views of it.
-	Tensor move_into_bucket_layout(size_t b, const std::vector<Tensor*>& tensors);
-	void update_block(size_t b, size_t first, size_t length, float lr);
+	// Every tensor of bucket `b`'s members: the parameters' values, then each state slot's.
+	std::vector<std::vector<Tensor*>> member_tensors(size_t b);
+	// Collective: node rank 0's values (which must be its own, not views of the node's copy)
+	// go into the node's copy, and every rank's tensors become views of it.
+	void share();
+	// Each rank's tensors get memory of their own, holding the node copy's values.
+	void take_own();
+	void update_shard(size_t b, float lr);
 
 	AllReduce& all_reduce_;
 	NodeSharding& sharding_;
@@ -60,8 +75,9 @@ private:
 	ReduceOp op_;
 	std::vector<Parameter*> parameters_;
 	Optimizer& optimizer_;
-	std::vector<Tensor> values_;              // per bucket
-	std::vector<std::vector<Tensor>> states_; // per bucket, per state slot
+	size_t state_slots_ = 0;
+	// The node's copy: per bucket, the values, then each state slot, laid out like the bucket.
+	std::vector<std::vector<Tensor>> node_copy_;
 	std::vector<double> reduced_squares_;     // per bucket: this rank's shard, summed by reduce()
 };
 

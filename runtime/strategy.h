@@ -88,7 +88,10 @@ public:
 	virtual void use_averages(bool averaged) = 0;
 
 	// This rank's share of the training state, by name, sharing memory: parameters, optimizer
-	// state, loss-scale state, averages and the step counter. What a checkpoint saves.
+	// state, loss-scale state, averages and the step counter. What a checkpoint saves. Where the
+	// replicated strategy keeps one copy of the parameters and optimizer state per node (its
+	// sharded update), the node's ranks share that memory: change the variables on rank 0 only,
+	// then call variables_restored() on every rank.
 	virtual std::vector<NamedTensor> variables() = 0;
 	// Whether this rank's variables() go into a checkpoint and are read back from one: rank 0's
 	// in replicated mode, each owner's in parameter-server mode.

@@ -36,14 +36,14 @@ void VariableAverages::update()
 	}
 }
 
-void VariableAverages::swap_in(bool averaged)
+void VariableAverages::swap_in(bool averaged, bool writes)
 {
 	if (averaged == averaged_)
 		return;
-	if (kept_.empty())
+	if (writes && kept_.empty())
 		for (const NamedTensor& v : variables_)
 			kept_.push_back(Tensor::empty(v.tensor.shape(), v.tensor.dtype(), v.tensor.device()));
-	for (size_t i = 0; i < variables_.size(); ++i) {
+	for (size_t i = 0; writes && i < variables_.size(); ++i) {
 		Tensor& variable = variables_[i].tensor;
 		if (averaged) {
 			kept_[i].copy_from(variable);

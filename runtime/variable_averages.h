@@ -22,8 +22,9 @@ public:
 	void update();
 
 	// Puts the averages into the variables (keeping the variables' own values aside), or puts
-	// the variables' own values back. Averaging again while averaged is a logic error.
-	void swap_in(bool averaged);
+	// the variables' own values back. With `writes` false only the state changes: another
+	// process swaps the variables, which it shares with this one.
+	void swap_in(bool averaged, bool writes = true);
 	bool averaged() const { return averaged_; }
 
 	// The shadows, named "<variable>/ema".

@@ -56,6 +56,11 @@ if replicated and ps:
     expect(s["optimizer_state_bytes"] < replicated[-1]["optimizer_state_bytes"], "rank 0 holds all the state")
     expect(replicated[-1]["max_optimizer_state_bytes"] == replicated[-1]["optimizer_state_bytes"],
            "replicated: largest owner's state differs from its own")
+    # The node's two ranks share one copy of the state (the sharded update): counted once.
+    expect(replicated[-1]["sharded_update"] is True and
+           replicated[-1]["total_optimizer_state_bytes"] == replicated[-1]["optimizer_state_bytes"],
+           f"replicated, sharded: the node's state counted {replicated[-1]['total_optimizer_state_bytes']} "
+           f"bytes, one copy is {replicated[-1]['optimizer_state_bytes']}")
     expect([x["rank"] for x in s["placement"]] == [0, 1], f"placement: {s['placement']}")
     expect(any(x["event"] == "placement" for x in ps), "no placement event in the metrics")
     expect("least-loaded" in ps_out, "the placement is not printed at start")

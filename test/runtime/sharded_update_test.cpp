@@ -11,6 +11,8 @@
 #include "models/model_factory.h"
 #include "optim/loss_scale.h"
 #include "optim/optimizer.h"
+#include "runtime/base/memory.h"
+#include "runtime/base/mpi_check.h"
 #include "runtime/replicated_builder.h"
 #include "runtime/sharded_update.h"
 #include "test/harness/mpi_main.h"
@@ -243,6 +245,51 @@ TEST_CASE("parameters, gradients and optimizer state outlive the builder that sh
 	CHECK(after == state);
 }
 
+TEST_CASE("the ranks of a node share one copy of the variables, written between steps through the builder")
+{
+	const Device cpu;
+	auto model = make_model({"mlp", 32, 1, 7}, cpu);
+	auto optimizer = make_optimizer({}, model->parameters());
+	ReplicatedOptions options;
+	options.mode = AllReduceMode::hierarchical;
+	const Topology topology(world().comm(), std::nullopt);
+	ReplicatedBuilder builder(topology, cpu, *model, *optimizer, options);
+	Parameter& first = *model->parameters().front();
+	Tensor& momentum = *optimizer->parameter_state(0).at(0);
+	auto value = [](const Tensor& t) { return t.to_host_f32().front(); };
+	auto set = [](Tensor& t, float v) { copy_bytes(t.data(), t.device(), &v, Device{}, sizeof v); };
+	const float rank = static_cast<float>(world().rank());
+
+	// One rank writes for the node (every rank where each has its own): all of them see it.
+	builder.write_variables([&](bool writes) {
+		if (writes) {
+			set(first.value, 100 + rank);
+			set(momentum, 300 + rank);
+		}
+	});
+	CHECK(value(first.value) == 100);
+	CHECK(value(momentum) == 300);
+
+	// Inside with_own_variables every rank writes a copy of its own; then node rank 0's is the
+	// node's again.
+	builder.with_own_variables([&] {
+		set(first.value, 200 + rank);
+		TOWER_MPI(MPI_Barrier(world().comm()));
+		CHECK(value(first.value) == 200 + rank);
+	});
+	CHECK(value(first.value) == 200);
+	CHECK(value(momentum) == 300);
+
+	// And steps go on from there, every rank alike.
+	const Dataset data = tower::test::synthetic_dataset(64);
+	BatchAssembler assembler(data, 8, cpu);
+	const std::vector<int64_t> first_eight = {0, 1, 2, 3, 4, 5, 6, 7};
+	const Batch& batch = assembler.assemble(first_eight);
+	builder.step(batch.images, batch.labels, 0.01f);
+	CHECK(value(first.value) != 200);
+	(void)builder.check_replicas();
+}
+
 TEST_CASE("the update is sharded only where replicas share a node's memory and the buckets stay f32")
 {
 	ReplicatedOptions o;
@@ -269,9 +316,9 @@ TEST_CASE("buckets smaller than the node leave some ranks an empty shard, and ev
 	check_sharded_steps({1, 2, 5}, 8);
 }
 
-TEST_CASE("shards longer than one update block (16K elements) are updated block after block")
+TEST_CASE("long shards, uneven across the ranks, are updated whole")
 {
-	// At 4 ranks the first bucket's shards hold about 40000 elements each: three blocks, the
-	// last one partial; the second bucket gives every rank a little over one block.
+	// At 4 ranks the first bucket's shards hold about 40000 elements each, the last rank's
+	// fewer; the second bucket gives every rank a little over 16K.
 	check_sharded_steps({160037, 16400 * world().size(), 3}, 256);
 }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "models/data/batch_assembler.h"
@@ -202,12 +203,19 @@ TEST_CASE("a non-finite gradient skips the parameter-server step on every rank")
 TEST_CASE("variable averages follow the float64 recursion, in both strategies")
 {
 	const double decay = 0.9;
-	for (const auto& [name, transport] : {std::pair{"replicated", Transport::shm}, std::pair{"parameter-server", Transport::shm},
-					      std::pair{"parameter-server", Transport::mpi}}) {
+	// Replicated twice: with a copy of the variables per rank (ring), and with one per node
+	// (hierarchical, sharded update), where one rank swaps the averages in for the node.
+	for (const auto& [name, transport, mode] :
+	     {std::tuple{"replicated", Transport::shm, AllReduceMode::ring},
+	      std::tuple{"replicated", Transport::shm, AllReduceMode::hierarchical},
+	      std::tuple{"parameter-server", Transport::shm, AllReduceMode::ring},
+	      std::tuple{"parameter-server", Transport::mpi, AllReduceMode::ring}}) {
 		CAPTURE(name);
 		CAPTURE(static_cast<int>(transport));
+		CAPTURE(all_reduce_mode_name(mode));
 		StrategyOptions o;
 		o.name = name;
+		o.replicated.mode = mode;
 		o.ema_decay = decay;
 		std::vector<std::vector<double>> expected;
 		std::vector<std::vector<float>> averaged, trained;
