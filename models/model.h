@@ -41,6 +41,9 @@ public:
 	// empty) is called once per parameter, in reverse layer order, right after its gradient is
 	// complete.
 	virtual void backward(const GradReadyFn& on_ready, const BackwardOptions& options) = 0;
+
+	// The type the layers compute in (f32, f16 or bf16); the master weights stay f32.
+	virtual DType precision() const { return DType::f32; }
 };
 
 } // namespace tower

@@ -23,7 +23,7 @@ public:
 	void backward(const GradReadyFn& on_ready, const BackwardOptions& options) override;
 
 	const Device& device() const { return device_; }
-	DType precision() const { return precision_; }
+	DType precision() const override { return precision_; }
 
 private:
 	std::vector<std::unique_ptr<Layer>> layers_;

@@ -94,7 +94,7 @@ DetachedStrategy::DetachedStrategy(const Topology& topology, const Device& devic
 		Tensor value = Tensor::view(at, {s.count}, DType::f32, Device{});
 		value.copy_from(model_slice(s, false));
 		if (s.owner == my_owner_)
-			owned_.push_back({s.name, value, Tensor{}});
+			owned_.push_back({s.name, value, Tensor{}, Tensor{}});
 	}
 	if (!owned_.empty()) {
 		// The owner service binds each slice's gradient to its sum before any step.

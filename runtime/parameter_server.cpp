@@ -100,7 +100,7 @@ void ParameterServerStrategy::take_initial_values()
 	// the first publish sends it to every worker.
 	for (const VariableSlice& s : placement_.slices)
 		if (s.owner == my_owner_index_)
-			owned_.push_back({s.name, transport_->owned_value(s), transport_->owned_gradient(s)});
+			owned_.push_back({s.name, transport_->owned_value(s), transport_->owned_gradient(s), Tensor{}});
 }
 
 ForwardResult ParameterServerStrategy::accumulate(const Tensor& images, const Tensor& labels)

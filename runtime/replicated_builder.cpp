@@ -78,7 +78,7 @@ ReplicatedBuilder::ReplicatedBuilder(const Topology& topology, const Device& dev
 	if (options_.shard_update && !device_.is_cuda() && compressed_storage_.empty() &&
 	    ShardedUpdate::applies(*all_reduce_, plan_))
 		update_ = std::make_unique<ShardedUpdate>(*all_reduce_, plan_, bucket_storage_, options_.reduce, parameters_,
-							  optimizer_);
+							  optimizer_, model_.precision());
 	else
 		update_ = std::make_unique<WholeUpdate>(*all_reduce_, plan_, bucket_storage_, compressed_storage_, device_,
 							options_.reduce, parameters_, optimizer_);

@@ -36,11 +36,14 @@ bool ShardedUpdate::applies(AllReduce& all_reduce, const BucketPlan& plan)
 }
 
 ShardedUpdate::ShardedUpdate(AllReduce& all_reduce, const BucketPlan& plan, const std::vector<Tensor>& gradients,
-			     ReduceOp op, const std::vector<Parameter*>& parameters, Optimizer& optimizer)
+			     ReduceOp op, const std::vector<Parameter*>& parameters, Optimizer& optimizer,
+			     DType working)
 	: all_reduce_(all_reduce), sharding_(*all_reduce.node_sharding()), plan_(plan), gradients_(gradients), op_(op),
-	  parameters_(parameters), optimizer_(optimizer)
+	  parameters_(parameters), optimizer_(optimizer), working_(working)
 {
 	TOWER_CHECK(applies(all_reduce, plan), "a sharded update needs f32 buckets on a node of several ranks");
+	TOWER_CHECK(working == DType::f32 || working == DType::f16 || working == DType::bf16,
+		    "working copies are f16 or bf16 (f32 needs none), not {}", dtype_name(working));
 	state_slots_ = parameters_.empty() ? 0 : optimizer_.parameter_state(0).size();
 	for (size_t b = 0; b < plan_.buckets.size(); ++b) {
 		const Bucket& bucket = plan_.buckets[b];
@@ -49,6 +52,10 @@ ShardedUpdate::ShardedUpdate(AllReduce& all_reduce, const BucketPlan& plan, cons
 			node_copy_.back().push_back(Tensor::view(sharding_.allocate_node_copy(bucket.bytes),
 								 {static_cast<int64_t>(bucket.count())}, DType::f32,
 								 Device{}));
+		if (working_ != DType::f32)
+			working_copy_.push_back(Tensor::view(
+				sharding_.allocate_node_copy(bucket.count() * dtype_size(working_)),
+				{static_cast<int64_t>(bucket.count())}, working_, Device{}));
 		reduced_squares_.push_back(0.0);
 	}
 	share();
@@ -90,6 +97,17 @@ void ShardedUpdate::share()
 				t = view;
 			}
 		}
+		if (working_copy_.empty())
+			continue;
+		// The working copy has the bucket's layout at its own width: offsets in elements agree.
+		char* low = static_cast<char*>(working_copy_[b].data());
+		for (const BucketMember& m : bucket.members) {
+			Parameter& p = *parameters_[m.tensor];
+			p.working = Tensor::view(low + m.offset / sizeof(float) * dtype_size(working_), p.value.shape(),
+						 working_, Device{});
+		}
+		if (fills)
+			round_into_working(b, 0, bucket.count());
 	}
 	// Nobody reads the node's copy before it is whole.
 	sharding_.node_barrier();
@@ -98,6 +116,7 @@ void ShardedUpdate::share()
 void ShardedUpdate::take_own()
 {
 	for (size_t i = 0; i < parameters_.size(); ++i) {
+		parameters_[i]->working = Tensor(); // the layers round their own again
 		parameters_[i]->value = owned_copy(parameters_[i]->value);
 		for (Tensor* s : optimizer_.parameter_state(i))
 			*s = owned_copy(*s);
@@ -107,7 +126,13 @@ void ShardedUpdate::take_own()
 void ShardedUpdate::write_variables(const std::function<void(bool writes)>& write)
 {
 	sharding_.node_barrier(); // no rank still reads the copy
-	write(sharding_.node_rank() == 0);
+	if (sharding_.node_rank() == 0) {
+		write(true);
+		for (size_t b = 0; b < working_copy_.size(); ++b)
+			round_into_working(b, 0, plan_.buckets[b].count());
+	} else {
+		write(false);
+	}
 	sharding_.node_barrier(); // nor reads it before it is written
 }
 
@@ -191,6 +216,17 @@ void ShardedUpdate::update_shard(size_t b, float lr)
 	for (size_t k = 0; k < state_slots_; ++k)
 		range.state[k] = node_copy_[b][1 + k].data_as<float>() + shard.start;
 	optimizer_.update_range(range, lr);
+	// Rounding block by block while each was still in L2 measured no faster.
+	if (!working_copy_.empty())
+		round_into_working(b, shard.start, shard.length);
+}
+
+void ShardedUpdate::round_into_working(size_t b, size_t first, size_t length)
+{
+	const auto n = static_cast<int64_t>(length);
+	char* low = static_cast<char*>(working_copy_[b].data()) + first * dtype_size(working_);
+	ops_for(Device{}).cast(Tensor::view(node_copy_[b][0].data_as<float>() + first, {n}, DType::f32, Device{}),
+			       Tensor::view(low, {n}, working_, Device{}), false);
 }
 
 } // namespace tower

@@ -33,10 +33,16 @@ public:
 	// (same offsets), so one flat range covers the same elements of all three; node rank 0's
 	// values fill it. `gradients` are the bucket storages (memory from `all_reduce`).
 	// `parameters`, `optimizer` and `all_reduce` must outlive this object.
+	// With a 16-bit `working` type (the model's compute type) the node also keeps one copy of the
+	// weights rounded to it, each Parameter::working a view of it: the rank that updates a shard
+	// rounds it there while it is still in the cache, instead of every rank rounding the whole
+	// model in its next forward.
 	ShardedUpdate(AllReduce& all_reduce, const BucketPlan& plan, const std::vector<Tensor>& gradients,
-		      ReduceOp op, const std::vector<Parameter*>& parameters, Optimizer& optimizer);
-	// Gives every rank its own copy of the parameters and the state again. Not collective (it may
-	// run while an error unwinds); the node's copy stays readable until the all-reduce goes.
+		      ReduceOp op, const std::vector<Parameter*>& parameters, Optimizer& optimizer,
+		      DType working = DType::f32);
+	// Gives every rank its own copy of the parameters and the state again, and empties the working
+	// copies. Not collective (it may run while an error unwinds); the node's copy stays readable
+	// until the all-reduce goes.
 	~ShardedUpdate();
 	ShardedUpdate(const ShardedUpdate&) = delete;
 	ShardedUpdate& operator=(const ShardedUpdate&) = delete;
@@ -53,7 +59,8 @@ public:
 	bool is_sharded() const override { return true; }
 	bool holds_variables() const override { return sharding_.node_rank() == 0; }
 
-	// Node rank 0 writes the node's copy, between node barriers; the others only wait.
+	// Node rank 0 writes the node's copy, and rounds it into the working copy, between node
+	// barriers; the others only wait.
 	void write_variables(const std::function<void(bool writes)>& write) override;
 	void with_own_variables(const std::function<void()>& body) override;
 
@@ -67,6 +74,8 @@ private:
 	// Each rank's tensors get memory of their own, holding the node copy's values.
 	void take_own();
 	void update_shard(size_t b, float lr);
+	// Rounds elements [first, first + length) of bucket `b`'s values into its working copy.
+	void round_into_working(size_t b, size_t first, size_t length);
 
 	AllReduce& all_reduce_;
 	NodeSharding& sharding_;
@@ -78,6 +87,8 @@ private:
 	size_t state_slots_ = 0;
 	// The node's copy: per bucket, the values, then each state slot, laid out like the bucket.
 	std::vector<std::vector<Tensor>> node_copy_;
+	DType working_;
+	std::vector<Tensor> working_copy_; // per bucket, in working_; empty when that is f32
 	std::vector<double> reduced_squares_;     // per bucket: this rank's shard, summed by reduce()
 };
 

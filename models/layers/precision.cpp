@@ -10,6 +10,8 @@ Tensor working_value(const Parameter& p, DType dtype, Workspace& ws)
 {
 	if (dtype == p.value.dtype())
 		return p.value;
+	if (p.working.data() != nullptr && p.working.dtype() == dtype)
+		return p.working;
 	const Tensor& copy = ws.get(p.value.shape(), dtype, p.value.device());
 	ops_for(copy.device()).cast(p.value, copy, false);
 	return copy;

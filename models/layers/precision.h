@@ -7,7 +7,8 @@
 
 namespace tower {
 
-// p.value in `dtype`: the f32 master itself, or a copy rounded into `ws` (once per forward).
+// p.value in `dtype`: the f32 master itself, the rounded copy the updater keeps (p.working), or
+// a copy rounded into `ws` (once per forward).
 Tensor working_value(const Parameter& p, DType dtype, Workspace& ws);
 
 // Where a layer computing in `dtype` writes p's gradient: p.grad itself in f32, otherwise a

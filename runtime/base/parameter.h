@@ -14,6 +14,11 @@ struct Parameter {
 	std::string name; // "fc1.weight", "conv2.bias", ...
 	Tensor value;
 	Tensor grad;
+	// Optional: `value` rounded to a 16-bit compute type, kept current by whoever updates `value`
+	// (the node-sharded update writes it as it updates), so 16-bit layers need not round the
+	// weights again in every forward. Empty unless an updater keeps it; code that changes `value`
+	// any other way must refresh or empty it.
+	Tensor working;
 };
 
 } // namespace tower

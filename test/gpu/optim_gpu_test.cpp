@@ -29,7 +29,7 @@ std::vector<float> pattern(double phase)
 
 Parameter make(const Device& device)
 {
-	return {"w", Tensor::from_host(pattern(0.0), {elements}, device), Tensor::zeros({elements}, DType::f32, device)};
+	return {"w", Tensor::from_host(pattern(0.0), {elements}, device), Tensor::zeros({elements}, DType::f32, device), Tensor{}};
 }
 
 void compare(const OptimizerConfig& config)

@@ -35,7 +35,7 @@ struct Fixture {
 		std::vector<float> v(static_cast<size_t>(shape_numel(shape)));
 		for (size_t i = 0; i < v.size(); ++i)
 			v[i] = static_cast<float>(std::cos(0.7 * static_cast<double>(i) + phase));
-		return {name, Tensor::from_host(v, shape, Device{}), Tensor::zeros(shape, DType::f32, Device{})};
+		return {name, Tensor::from_host(v, shape, Device{}), Tensor::zeros(shape, DType::f32, Device{}), Tensor{}};
 	}
 
 	static double gradient(size_t param, size_t i, int step)

@@ -9,12 +9,14 @@
 #include "collectives/pack.h"
 #include "models/data/batch_assembler.h"
 #include "models/model_factory.h"
+#include "models/ops.h"
 #include "optim/loss_scale.h"
 #include "optim/optimizer.h"
 #include "runtime/base/memory.h"
 #include "runtime/base/mpi_check.h"
 #include "runtime/replicated_builder.h"
 #include "runtime/sharded_update.h"
+#include "runtime/strategy.h"
 #include "test/harness/mpi_main.h"
 #include "test/runtime/training_fixture.h"
 
@@ -288,6 +290,120 @@ TEST_CASE("the ranks of a node share one copy of the variables, written between 
 	builder.step(batch.images, batch.labels, 0.01f);
 	CHECK(value(first.value) != 200);
 	(void)builder.check_replicas();
+}
+
+namespace {
+
+// Whether every parameter's working copy is its value rounded to `type`, bit for bit.
+bool working_copies_current(Model& model, DType type)
+{
+	bool all = true;
+	for (Parameter* p : model.parameters()) {
+		CAPTURE(p->name);
+		REQUIRE(p->working.data() != nullptr);
+		REQUIRE(p->working.dtype() == type);
+		const Tensor rounded = Tensor::empty(p->value.shape(), type, Device{});
+		ops_for(Device{}).cast(p->value, rounded, false);
+		all = all && p->working.to_host_f32() == rounded.to_host_f32();
+	}
+	return all;
+}
+
+// The averaged evaluation of a replicated run with --ema-decay, sharded or not.
+ForwardResult averaged_evaluation(bool shard, DType precision)
+{
+	const Device cpu;
+	auto model = make_model({"mlp", 32, 1, 7, precision}, cpu);
+	StrategyOptions o;
+	o.name = "replicated";
+	o.replicated.mode = AllReduceMode::hierarchical;
+	o.replicated.shard_update = shard;
+	o.ema_decay = 0.5;
+	const Topology topology(world().comm(), std::nullopt);
+	auto strategy = make_strategy(topology, cpu, *model, OptimizerConfig{}, o);
+	const Dataset data = tower::test::synthetic_dataset(256);
+	BatchAssembler assembler(data, 8, cpu);
+	for (int64_t s = 0; s < 6; ++s) {
+		std::vector<int64_t> rows;
+		for (int64_t i = 0; i < 8; ++i)
+			rows.push_back((s * 8 * world().size() + world().rank() * 8 + i) % data.count);
+		const Batch& b = assembler.assemble(rows);
+		strategy->step(b.images, b.labels, 0.05f);
+	}
+	const std::vector<int64_t> first_eight = {0, 1, 2, 3, 4, 5, 6, 7};
+	const Batch& b = assembler.assemble(first_eight);
+	strategy->use_averages(true);
+	const ForwardResult averaged = strategy->evaluate(b.images, b.labels);
+	strategy->use_averages(false);
+	return averaged;
+}
+
+} // namespace
+
+TEST_CASE("16-bit models: the node's working copy of the weights is what rounding in each forward would give")
+{
+	for (const DType precision : {DType::bf16, DType::f16}) {
+		CAPTURE(dtype_name(precision));
+		RunSpec spec;
+		spec.steps = 20;
+		spec.model.precision = precision;
+		const Trained sharded = train(spec, true, std::nullopt);
+		const Trained whole = train(spec, false, std::nullopt);
+		CHECK(sharded.sharded == (world().size() > 1));
+		CHECK(tower::test::max_relative_difference(sharded.parameters, whole.parameters) <= 1e-6);
+		if (world().size() == 2)
+			CHECK(sharded.hash == whole.hash);
+
+		// Every shard lands in the working copy; values written between steps through the builder
+		// (a restore, averages swapped in) are rounded again.
+		const Device cpu;
+		auto model = make_model({"mlp", 32, 1, 7, precision}, cpu);
+		auto optimizer = make_optimizer({}, model->parameters());
+		ReplicatedOptions options;
+		options.mode = AllReduceMode::hierarchical;
+		options.fusion_mb = 0.01;
+		const Topology topology(world().comm(), std::nullopt);
+		std::unique_ptr<ReplicatedBuilder> builder =
+			std::make_unique<ReplicatedBuilder>(topology, cpu, *model, *optimizer, options);
+		if (!builder->update_is_sharded()) {
+			for (Parameter* p : model->parameters())
+				CHECK(p->working.data() == nullptr); // layers round for themselves
+			continue;
+		}
+		CHECK(working_copies_current(*model, precision));
+		const Dataset data = tower::test::synthetic_dataset(64);
+		BatchAssembler assembler(data, 8, cpu);
+		const std::vector<int64_t> first_eight = {0, 1, 2, 3, 4, 5, 6, 7};
+		const Batch& batch = assembler.assemble(first_eight);
+		for (int s = 0; s < 3; ++s)
+			builder->step(batch.images, batch.labels, 0.05f);
+		CHECK(working_copies_current(*model, precision));
+		builder->write_variables([&](bool writes) {
+			if (writes)
+				for (Parameter* p : model->parameters())
+					scale(p->value, 0.5f);
+		});
+		CHECK(working_copies_current(*model, precision));
+		builder->with_own_variables([&] {
+			for (Parameter* p : model->parameters())
+				scale(p->value, 0.5f);
+		});
+		CHECK(working_copies_current(*model, precision));
+		// Without the builder the copy falls behind: what the checks above would catch.
+		TOWER_MPI(MPI_Barrier(world().comm()));
+		if (world().rank() == 0)
+			for (Parameter* p : model->parameters())
+				scale(p->value, 0.5f);
+		TOWER_MPI(MPI_Barrier(world().comm()));
+		CHECK_FALSE(working_copies_current(*model, precision));
+		builder.reset();
+		for (Parameter* p : model->parameters())
+			CHECK(p->working.data() == nullptr); // gone with the builder: the layers round again
+	}
+	// The strategy swaps averages in and out around evaluation; both must reach the working copy.
+	const ForwardResult sharded = averaged_evaluation(true, DType::bf16);
+	const ForwardResult whole = averaged_evaluation(false, DType::bf16);
+	CHECK(sharded.loss == doctest::Approx(whole.loss).epsilon(1e-5));
 }
 
 TEST_CASE("the update is sharded only where replicas share a node's memory and the buckets stay f32")
