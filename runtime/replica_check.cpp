@@ -4,6 +4,7 @@
 #include <string>
 
 #include "runtime/base/agree.h"
+#include "runtime/base/content_hash.h"
 #include "runtime/base/error.h"
 #include "runtime/base/memory.h"
 #include "runtime/base/mpi_check.h"
@@ -13,13 +14,7 @@ namespace tower {
 
 uint64_t hash_bytes(const void* data, size_t bytes, uint64_t seed)
 {
-	const auto* p = static_cast<const unsigned char*>(data);
-	uint64_t h = seed;
-	for (size_t i = 0; i < bytes; ++i) {
-		h ^= p[i];
-		h *= 0x100000001b3ull;
-	}
-	return h;
+	return content_hash(data, bytes, seed);
 }
 
 std::vector<uint64_t> tensor_hashes(const std::vector<NamedTensor>& tensors)
