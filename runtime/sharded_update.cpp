@@ -38,7 +38,7 @@ bool ShardedUpdate::applies(AllReduce& all_reduce, const BucketPlan& plan)
 ShardedUpdate::ShardedUpdate(AllReduce& all_reduce, const BucketPlan& plan, const std::vector<Tensor>& gradients,
 			     ReduceOp op, const std::vector<Parameter*>& parameters, Optimizer& optimizer,
 			     DType working)
-	: all_reduce_(all_reduce), sharding_(*all_reduce.node_sharding()), plan_(plan), gradients_(gradients), op_(op),
+	: sharding_(*all_reduce.node_sharding()), plan_(plan), gradients_(gradients), op_(op),
 	  parameters_(parameters), optimizer_(optimizer), working_(working)
 {
 	TOWER_CHECK(applies(all_reduce, plan), "a sharded update needs f32 buckets on a node of several ranks");

@@ -77,7 +77,6 @@ private:
 	// Rounds elements [first, first + length) of bucket `b`'s values into its working copy.
 	void round_into_working(size_t b, size_t first, size_t length);
 
-	AllReduce& all_reduce_;
 	NodeSharding& sharding_;
 	const BucketPlan& plan_;
 	std::vector<Tensor> gradients_;
