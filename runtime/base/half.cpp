@@ -1,7 +1,7 @@
 // Conversions between f32 and the 16-bit float formats (IEEE f16 and bfloat16), round to nearest even.
 #include "runtime/base/half.h"
 
-#if defined(__F16C__)
+#if defined(__F16C__) || defined(__x86_64__)
 #include <immintrin.h>
 #endif
 
@@ -94,10 +94,66 @@ void widen_bf16(const uint16_t* in, float* out, size_t count)
 		out[i] = bf16_bits_to_f32(in[i]);
 }
 
-void narrow_bf16(const float* in, uint16_t* out, size_t count)
+void narrow_bf16_portable(const float* in, uint16_t* out, size_t count)
 {
 	for (size_t i = 0; i < count; ++i)
 		out[i] = f32_to_bf16_bits(in[i]);
 }
+
+#if defined(__x86_64__)
+
+namespace {
+
+// AVX512-BF16 rounds sixteen values to nearest even in one instruction (the portable loop costs
+// about ten times as long: it was most of the time a bf16 step spends rounding its weights). The
+// instruction flushes subnormal inputs to zero, which the portable form keeps; a block holding one
+// goes through that form, so every CPU gives the same bits.
+__attribute__((target("avx512f,avx512bf16"))) void narrow_bf16_avx512(const float* in, uint16_t* out, size_t count)
+{
+	const __m512i exponent = _mm512_set1_epi32(0x7f800000), fraction = _mm512_set1_epi32(0x007fffff);
+	size_t i = 0;
+	for (; i + 16 <= count; i += 16) {
+		const __m512 x = _mm512_loadu_ps(in + i);
+		const __m512i bits = _mm512_castps_si512(x);
+		const __mmask16 subnormal = _mm512_testn_epi32_mask(bits, exponent) & _mm512_test_epi32_mask(bits, fraction);
+		if (subnormal) {
+			for (size_t k = i; k < i + 16; ++k)
+				out[k] = f32_to_bf16_bits(in[k]);
+			continue;
+		}
+		_mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i), reinterpret_cast<__m256i>(_mm512_cvtneps_pbh(x)));
+	}
+	for (; i < count; ++i)
+		out[i] = f32_to_bf16_bits(in[i]);
+}
+
+} // namespace
+
+bool bf16_narrowing_is_native()
+{
+	static const bool native = __builtin_cpu_supports("avx512bf16");
+	return native;
+}
+
+void narrow_bf16(const float* in, uint16_t* out, size_t count)
+{
+	if (bf16_narrowing_is_native())
+		return narrow_bf16_avx512(in, out, count);
+	narrow_bf16_portable(in, out, count);
+}
+
+#else
+
+bool bf16_narrowing_is_native()
+{
+	return false;
+}
+
+void narrow_bf16(const float* in, uint16_t* out, size_t count)
+{
+	narrow_bf16_portable(in, out, count);
+}
+
+#endif
 
 } // namespace tower

@@ -17,4 +17,9 @@ void narrow_f16(const float* in, uint16_t* out, size_t count);
 void widen_bf16(const uint16_t* in, float* out, size_t count);
 void narrow_bf16(const float* in, uint16_t* out, size_t count);
 
+// narrow_bf16 runs the CPU's own conversion (AVX512-BF16) where it has one, with the same bits as
+// narrow_bf16_portable, the plain loop every CPU runs.
+bool bf16_narrowing_is_native();
+void narrow_bf16_portable(const float* in, uint16_t* out, size_t count);
+
 } // namespace tower

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <doctest/doctest.h>
@@ -249,8 +250,39 @@ TEST_CASE("widen_f16 equals f16_to_f32 for every bit pattern")
 	CHECK(wrong == 0);
 }
 
+// Where the CPU has AVX512-BF16, narrow_bf16 is its instruction, separate code from the portable
+// loop: they must agree on every kind of input, subnormals (which the instruction alone would
+// flush) mixed into the same 16-value vector as normal values included.
+TEST_CASE("narrow_bf16 gives narrow_bf16_portable's bits: ties, neighbours, subnormals, inf and NaN")
+{
+	const std::string path = bf16_narrowing_is_native() ? "this CPU narrows to bf16 with AVX512-BF16; checked against the portable loop"
+					   : "this CPU has no AVX512-BF16: narrow_bf16 is the portable loop here";
+	MESSAGE(path);
+	std::vector<uint32_t> bits;
+	for (uint32_t high = 0; high < 0x10000; high += 3) // around every third bf16 value, both signs
+		for (uint32_t low : {0x0000u, 0x0001u, 0x7fffu, 0x8000u, 0x8001u, 0xffffu})
+			bits.push_back(high << 16 | low);
+	std::mt19937 gen(11);
+	for (int i = 0; i < 100000; ++i)
+		bits.push_back(static_cast<uint32_t>(gen()));
+	for (int i = 0; i < 64; ++i) // whole vectors of subnormals, and a lone one among normal values
+		bits.push_back(static_cast<uint32_t>(gen()) & 0x807fffffu);
+	bits.insert(bits.end(), {0x3f800000u, 0x00000001u, 0x3f808000u, 0x80400000u});
+	const auto in = std::bit_cast<const float*>(bits.data());
+	std::vector<uint16_t> got(bits.size()), want(bits.size());
+	for (size_t offset : {size_t{0}, size_t{5}}) { // aligned to the vector and not, with a tail
+		const size_t n = bits.size() - offset;
+		narrow_bf16(in + offset, got.data(), n);
+		narrow_bf16_portable(in + offset, want.data(), n);
+		size_t wrong = 0;
+		for (size_t i = 0; i < n; ++i)
+			wrong += (got[i] == want[i] || (is_bf16_nan(got[i]) && is_bf16_nan(want[i]))) ? 0 : 1;
+		CHECK(wrong == 0);
+	}
+}
+
 // The F16C path of narrow_f16 is separate code from f32_to_f16, so agreeing on many inputs means
-// something; narrow_bf16 is the scalar loop itself, and only the table above checks it.
+// something.
 TEST_CASE("narrow_f16 equals f32_to_f16, rounding ties to even")
 {
 	const auto in = awkward_floats();
