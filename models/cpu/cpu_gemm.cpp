@@ -2,6 +2,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <tuple>
 
 #include "models/cpu/cpu_ops.h"
@@ -52,12 +53,47 @@ std::unique_ptr<DnnlPrimitive> make_matmul(const GemmKey& key, DType dtype, DTyp
 						       {DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
 }
 
+// oneDNN's sgemm below AVX-512 (implementation "gemm:jit") reads a non-transposed B in place when
+// A has few rows, and then runs at 40-50% of its speed if B's rows lie a multiple of 512 bytes
+// apart, 2 KiB or more: the rows it reads together fall into the same L1 cache sets. On Zen 3,
+// dz W of a 1024-wide layer at batch 128 ran at 41 GFLOP/s, and at 85 with B's rows one cache
+// line further apart; from 384 rows of A on it packs B itself and gains nothing from a copy, and
+// under 8 rows the copy costs more than the product (docs/cpu-compute.md, "B's rows on AVX2").
+// The AVX-512 kernels (brgemm) run either layout at the same speed.
+bool b_rows_alias(const GemmKey& key, const DnnlPrimitive& f32_primitive)
+{
+	const int64_t pitch_bytes = key.ldb * static_cast<int64_t>(sizeof(float));
+	return !key.tb && key.m >= 8 && key.m <= 256 && pitch_bytes >= 2048 && pitch_bytes % 512 == 0 &&
+	       f32_primitive.implementation().rfind("gemm:jit", 0) == 0;
+}
+
 // The primitive a GEMM runs on: 16-bit types natively where this CPU has kernels for them,
-// otherwise (widen == true) the f32 primitive on widened copies, as before oneDNN.
+// otherwise (widen == true) the f32 primitive on widened copies, as before oneDNN. Where B's
+// rows would alias (above), B is first copied (widened) into b_copy, b_pitch floats a row.
 struct GemmPlan {
+	GemmPlan(std::unique_ptr<DnnlPrimitive> p, bool w, int64_t pitch = 0, int64_t rows = 0)
+		: primitive(std::move(p)), widen(w), b_pitch(pitch),
+		  b_copy(pitch > 0 ? Tensor::empty({rows, pitch}, DType::f32, Device{}) : Tensor())
+	{
+	}
+
 	std::unique_ptr<DnnlPrimitive> primitive;
-	bool widen = false;
+	bool widen;
+	int64_t b_pitch;
+	Tensor b_copy;
 };
+
+// The f32 plan: in place, or on a copy of B whose rows are one cache line further apart.
+GemmPlan plan_f32(const GemmKey& key)
+{
+	auto in_place = make_matmul(key, DType::f32, DType::f32);
+	const bool widen = key.dtype != DType::f32;
+	if (!b_rows_alias(key, *in_place))
+		return {std::move(in_place), widen};
+	GemmKey copied = key;
+	copied.ldb = key.n + 64 / static_cast<int64_t>(sizeof(float));
+	return {make_matmul(copied, DType::f32, DType::f32), widen, copied.ldb, key.k};
+}
 
 GemmPlan plan_gemm(const GemmKey& key)
 {
@@ -70,19 +106,45 @@ GemmPlan plan_gemm(const GemmKey& key)
 			// No implementation at all for this type here: widen, below.
 		}
 	}
-	return {make_matmul(key, DType::f32, DType::f32), key.dtype != DType::f32};
+	return plan_f32(key);
 }
 
-// 16-bit operands into an f32 result, or nothing where this CPU has no optimized kernel for it.
-std::unique_ptr<DnnlPrimitive> plan_gemm_into_f32(const GemmKey& key)
+// 16-bit operands into an f32 result: natively where this CPU has a kernel for it, otherwise the
+// f32 primitive on widened copies of the operands, writing c in place. Either way the product is
+// accumulated in f32 and never rounded to 16 bits, so every CPU gives a gradient of the same
+// precision (before, CPUs without AVX512_BF16 rounded it to bf16 and widened it again).
+GemmPlan plan_gemm_into_f32(const GemmKey& key)
 {
 	try {
 		auto native = make_matmul(key, key.dtype, DType::f32);
 		if (!native->is_reference())
-			return native;
+			return {std::move(native), false};
 	} catch (const dnnl::error&) {
 	}
-	return nullptr;
+	return plan_f32(key);
+}
+
+// c = alpha op(a) op(b) + beta c on a plan's primitive; c is f32 or the operands' type.
+void run_plan(GemmPlan& plan, const GemmKey& key, const Tensor& a, const Tensor& b, const Tensor& c)
+{
+	if (!plan.widen && plan.b_pitch == 0) {
+		plan.primitive->run({{DNNL_ARG_SRC, a.data()}, {DNNL_ARG_WEIGHTS, b.data()}, {DNNL_ARG_DST, c.data()}});
+		return;
+	}
+	// Views where a tensor is f32 already; c is read only when beta adds to it.
+	const F32Copy fa(a, true), fc(c, key.beta != 0.0f);
+	std::optional<F32Copy> fb;
+	const float* b_data = nullptr;
+	if (plan.b_pitch > 0) {
+		float* rows = plan.b_copy.data_as<float>();
+		for (int64_t r = 0; r < key.k; ++r)
+			widen_range(b, r * key.ldb, key.n, rows + r * plan.b_pitch);
+		b_data = rows;
+	} else {
+		b_data = fb.emplace(b, true).data();
+	}
+	plan.primitive->run({{DNNL_ARG_SRC, fa.data()}, {DNNL_ARG_WEIGHTS, b_data}, {DNNL_ARG_DST, fc.data()}});
+	fc.store();
 }
 
 } // namespace
@@ -112,14 +174,7 @@ void CpuOps::gemm(Transpose ta, Transpose tb, float alpha, const Tensor& a, cons
 	auto it = plans.find(key);
 	if (it == plans.end())
 		it = plans.emplace(key, plan_gemm(key)).first;
-	const GemmPlan& plan = it->second;
-	if (!plan.widen) {
-		plan.primitive->run({{DNNL_ARG_SRC, a.data()}, {DNNL_ARG_WEIGHTS, b.data()}, {DNNL_ARG_DST, c.data()}});
-		return;
-	}
-	const F32Copy fa(a, true), fb(b, true), fc(c, beta != 0.0f);
-	plan.primitive->run({{DNNL_ARG_SRC, fa.data()}, {DNNL_ARG_WEIGHTS, fb.data()}, {DNNL_ARG_DST, fc.data()}});
-	fc.store();
+	run_plan(it->second, key, a, b, c);
 }
 
 bool CpuOps::gemm_into_f32(Transpose ta, Transpose tb, float alpha, const Tensor& a, const Tensor& b, float beta,
@@ -138,15 +193,13 @@ bool CpuOps::gemm_into_f32(Transpose ta, Transpose tb, float alpha, const Tensor
 	const GemmKey key{d.m,		      d.n, d.k, a.dim(1), b.dim(1), c.dim(1), ta == Transpose::yes,
 			  tb == Transpose::yes, a.dtype(), alpha, beta, DType::f32};
 	static std::mutex mutex;
-	static std::map<GemmKey, std::unique_ptr<DnnlPrimitive>> plans;
+	static std::map<GemmKey, GemmPlan> plans;
 	const std::lock_guard lock(mutex);
 	pin_cpu_threads();
 	auto it = plans.find(key);
 	if (it == plans.end())
 		it = plans.emplace(key, plan_gemm_into_f32(key)).first;
-	if (!it->second)
-		return false;
-	it->second->run({{DNNL_ARG_SRC, a.data()}, {DNNL_ARG_WEIGHTS, b.data()}, {DNNL_ARG_DST, c.data()}});
+	run_plan(it->second, key, a, b, c);
 	return true;
 }
 
