@@ -1,5 +1,5 @@
 // A fast 64-bit hash of a byte range, for telling data sets apart (not for security).
-#include "runtime/base/content_hash.h"
+#include "base/content_hash.h"
 
 #include <cstring>
 

@@ -1,5 +1,5 @@
 // CRC32C (Castagnoli), the checksum of checkpoint files.
-#include "runtime/base/crc32c.h"
+#include "base/crc32c.h"
 
 #include <array>
 #include <cstring>

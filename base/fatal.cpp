@@ -1,5 +1,5 @@
 // The one abort path: print "[rank R] message" and take the whole MPI job down.
-#include "runtime/base/fatal.h"
+#include "base/fatal.h"
 
 #include <cstdio>
 #include <cstdlib>

@@ -13,11 +13,12 @@
 #include "cli/bench_data.h"
 #include "collectives/all_reduce.h"
 #include "collectives/communicator.h"
-#include "runtime/base/device.h"
-#include "runtime/base/error.h"
-#include "runtime/base/memory.h"
-#include "runtime/base/mpi_check.h"
-#include "runtime/base/watched_wait.h"
+#include "base/device/device.h"
+#include "base/error.h"
+#include "base/tensor/memory.h"
+#include "base/mpi/mpi_check.h"
+#include "base/watchdog/watched_wait.h"
+#include "base/mpi/scalars.h"
 
 namespace tower::cli {
 
@@ -84,21 +85,6 @@ struct Case {
 	std::function<size_t(const void* recv_host)> check; // wrong elements in the host copy of recv
 };
 
-double timed_us(MPI_Comm comm, const std::function<void()>& once, int iters)
-{
-	MPI_Request barrier = MPI_REQUEST_NULL;
-	TOWER_MPI(MPI_Ibarrier(comm, &barrier));
-	wait_request(barrier, {"bench barrier", comm});
-	const double start = MPI_Wtime();
-	for (int i = 0; i < iters; ++i)
-		once();
-	double elapsed = (MPI_Wtime() - start) / std::max(iters, 1) * 1e6;
-	MPI_Request totals_request = MPI_REQUEST_NULL;
-	TOWER_MPI(MPI_Iallreduce(MPI_IN_PLACE, &elapsed, 1, MPI_DOUBLE, MPI_MAX, comm, &totals_request));
-	wait_request(totals_request, {"bench totals", comm});
-	return elapsed;
-}
-
 void fill(Buffer& buffer, size_t count, DType dtype, int rank)
 {
 	std::vector<char> host(buffer.bytes);
@@ -129,13 +115,11 @@ std::vector<Row> measure(const BenchOptions& o, MPI_Comm comm, int rank, const D
 		fill(send, send_count, dtype, rank);
 		for (int i = 0; i < o.warmup; ++i)
 			once();
-		const double us = timed_us(comm, once, o.iters);
+		const double us = per_call_us(comm, o.iters, once);
 		fill(send, send_count, dtype, rank);
 		once();
 		size_t wrong = check(out, c);
-		MPI_Request totals_request = MPI_REQUEST_NULL;
-		TOWER_MPI(MPI_Iallreduce(MPI_IN_PLACE, &wrong, 1, MPI_UINT64_T, MPI_SUM, comm, &totals_request));
-		wait_request(totals_request, {"bench totals", comm});
+		wrong = all_reduce_scalar(comm, wrong, MPI_SUM, "bench totals");
 		Row row;
 		row.bytes = count * esize;
 		row.count = count;
@@ -224,6 +208,17 @@ Case make_case(const Collective& coll, AllReduce* all_reduce, Communicator& comm
 }
 
 } // namespace
+
+double per_call_us(MPI_Comm comm, int iters, const std::function<void()>& once)
+{
+	MPI_Request barrier = MPI_REQUEST_NULL;
+	TOWER_MPI(MPI_Ibarrier(comm, &barrier));
+	wait_request(barrier, {"bench barrier", comm});
+	const double start = MPI_Wtime();
+	for (int i = 0; i < iters; ++i)
+		once();
+	return all_reduce_scalar(comm, (MPI_Wtime() - start) / std::max(iters, 1) * 1e6, MPI_MAX, "bench totals");
+}
 
 size_t parse_bytes(const std::string& text)
 {

@@ -1,10 +1,11 @@
 // tower bench: nccl-tests-style tables for the collectives, and the fused-bucket comparison.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 
-#include "runtime/base/world.h"
+#include "base/mpi/world.h"
 
 namespace tower::cli {
 
@@ -27,6 +28,9 @@ int run_bench(World& world, const BenchOptions& options);
 int run_bench_fusion(World& world, const BenchOptions& options);
 // Per-call cost of a watched wait and of --debug-collectives on a small all-reduce (-b sets its size).
 int run_bench_wait(World& world, const BenchOptions& options);
+
+// Collective: microseconds per call of `once` over `iters` calls after a barrier, the slowest rank's.
+double per_call_us(MPI_Comm comm, int iters, const std::function<void()>& once);
 
 // "8", "4K", "256M", "1G" -> bytes; throws tower::AgreedError on anything else.
 size_t parse_bytes(const std::string& text);

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "runtime/base/element.h"
+#include "base/tensor/element.h"
 
 namespace tower::cli {
 

@@ -5,8 +5,8 @@
 #include <cstdint>
 
 #include "collectives/reduce_op.h"
-#include "runtime/base/dtype.h"
-#include "runtime/base/element.h"
+#include "base/tensor/dtype.h"
+#include "base/tensor/element.h"
 
 namespace tower::cli {
 

@@ -10,11 +10,12 @@
 #include "collectives/all_reduce.h"
 #include "collectives/bucket_plan.h"
 #include "collectives/pack.h"
-#include "runtime/base/device.h"
-#include "runtime/base/error.h"
-#include "runtime/base/memory.h"
-#include "runtime/base/mpi_check.h"
-#include "runtime/base/watched_wait.h"
+#include "base/device/device.h"
+#include "base/error.h"
+#include "base/tensor/memory.h"
+#include "base/mpi/mpi_check.h"
+#include "base/watchdog/watched_wait.h"
+#include "base/mpi/scalars.h"
 
 namespace tower::cli {
 
@@ -39,21 +40,6 @@ std::vector<TensorSpec> model_like_specs()
 	}
 	specs.resize(200);
 	return specs;
-}
-
-double time_us(MPI_Comm comm, int iters, const std::function<void()>& once)
-{
-	MPI_Request barrier = MPI_REQUEST_NULL;
-	TOWER_MPI(MPI_Ibarrier(comm, &barrier));
-	wait_request(barrier, {"bench barrier", comm});
-	const double start = MPI_Wtime();
-	for (int i = 0; i < iters; ++i)
-		once();
-	double us = (MPI_Wtime() - start) / std::max(iters, 1) * 1e6;
-	MPI_Request totals_request = MPI_REQUEST_NULL;
-	TOWER_MPI(MPI_Iallreduce(MPI_IN_PLACE, &us, 1, MPI_DOUBLE, MPI_MAX, comm, &totals_request));
-	wait_request(totals_request, {"bench totals", comm});
-	return us;
 }
 
 } // namespace
@@ -89,8 +75,8 @@ int run_bench_fusion(World& world, const BenchOptions& o)
 		per_tensor();
 		fused();
 	}
-	const double per_us = time_us(world.comm(), o.iters, per_tensor);
-	const double fused_us = time_us(world.comm(), o.iters, fused);
+	const double per_us = per_call_us(world.comm(), o.iters, per_tensor);
+	const double fused_us = per_call_us(world.comm(), o.iters, fused);
 
 	// One checked fused run from fresh data.
 	size_t wrong = 0;
@@ -106,9 +92,7 @@ int run_bench_fusion(World& world, const BenchOptions& o)
 		wrong += bench_wrong(host.data(), host.size(), DType::f32, ReduceOp::sum, 0,
 				     [&](size_t i) { return bench_expected(world.size(), i, ReduceOp::sum, DType::f32); });
 	}
-	MPI_Request totals_request = MPI_REQUEST_NULL;
-	TOWER_MPI(MPI_Iallreduce(MPI_IN_PLACE, &wrong, 1, MPI_UINT64_T, MPI_SUM, world.comm(), &totals_request));
-	wait_request(totals_request, {"bench totals", world.comm()});
+	wrong = all_reduce_scalar(world.comm(), wrong, MPI_SUM, "bench totals");
 	if (world.rank() == 0) {
 		size_t smallest = specs.front().bytes(), largest = 0, raw = 0;
 		for (const TensorSpec& t : specs) {

@@ -9,31 +9,12 @@
 
 #include "cli/bench.h"
 #include "collectives/communicator.h"
-#include "runtime/base/collective_debug.h"
-#include "runtime/base/mpi_check.h"
-#include "runtime/base/topology.h"
-#include "runtime/base/watched_wait.h"
+#include "base/watchdog/collective_debug.h"
+#include "base/mpi/mpi_check.h"
+#include "base/mpi/topology.h"
+#include "base/watchdog/watched_wait.h"
 
 namespace tower::cli {
-
-namespace {
-
-// Microseconds per call over `iters` calls, the slowest rank's.
-double per_call_us(MPI_Comm comm, const std::function<void()>& once, int iters)
-{
-	MPI_Request r = MPI_REQUEST_NULL;
-	TOWER_MPI(MPI_Ibarrier(comm, &r));
-	wait_request(r, {"bench barrier", comm});
-	const double start = MPI_Wtime();
-	for (int i = 0; i < iters; ++i)
-		once();
-	double us = (MPI_Wtime() - start) / iters * 1e6;
-	TOWER_MPI(MPI_Iallreduce(MPI_IN_PLACE, &us, 1, MPI_DOUBLE, MPI_MAX, comm, &r));
-	wait_request(r, {"bench totals", comm});
-	return us;
-}
-
-} // namespace
 
 int run_bench_wait(World& world, const BenchOptions& o)
 {
@@ -80,7 +61,7 @@ int run_bench_wait(World& world, const BenchOptions& o)
 	for (int round = 0; round < rounds; ++round)
 		for (size_t w = 0; w < ways.size(); ++w) {
 			set_collective_debug(ways[w].debug);
-			us[w].push_back(per_call_us(comm, ways[w].once, iters));
+			us[w].push_back(per_call_us(comm, iters, ways[w].once));
 		}
 	set_collective_debug(debug_before);
 	if (world.rank() == 0) {

@@ -5,7 +5,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "runtime/base/world.h"
+#include "base/mpi/world.h"
 
 namespace tower::cli {
 

@@ -10,11 +10,11 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/command.h"
-#include "models/cpu/cpu_threads.h"
-#include "runtime/base/build_info.h"
-#include "runtime/base/device.h"
-#include "runtime/base/gather.h"
-#include "runtime/base/topology.h"
+#include "models/kernels/cpu/cpu_threads.h"
+#include "base/device/build_info.h"
+#include "base/device/device.h"
+#include "base/mpi/gather.h"
+#include "base/mpi/topology.h"
 
 namespace tower::cli {
 
@@ -43,7 +43,7 @@ nlohmann::json rank_row(const Topology& topology, const Device& device, const Gp
 		{"gpu", physical_gpu(gpus, device)}};
 }
 
-// The build as JSON, with the CPU kernels' library, which lives above runtime/base.
+// The build as JSON, with the CPU kernels' library, which lives above base/.
 nlohmann::json build_json(const BuildInfo& build)
 {
 	nlohmann::json j = to_json(build);

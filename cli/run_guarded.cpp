@@ -6,8 +6,8 @@
 
 #include <fmt/format.h>
 
-#include "runtime/base/error.h"
-#include "runtime/base/fatal.h"
+#include "base/error.h"
+#include "base/fatal.h"
 
 namespace tower::cli {
 

@@ -3,7 +3,7 @@
 
 #include <functional>
 
-#include "runtime/base/world.h"
+#include "base/mpi/world.h"
 
 namespace tower::cli {
 

@@ -4,11 +4,11 @@
 #include "cli/command.h"
 #include "cli/train_config.h"
 #include "cli/train_options.h"
-#include "models/cpu/cpu_threads.h"
-#include "models/data/fashion_mnist.h"
+#include "models/kernels/cpu/cpu_threads.h"
+#include "data/fashion_mnist.h"
 #include "models/model_factory.h"
-#include "runtime/base/collective_debug.h"
-#include "runtime/base/watched_wait.h"
+#include "base/watchdog/collective_debug.h"
+#include "base/watchdog/watched_wait.h"
 #include "runtime/trainer.h"
 
 namespace tower::cli {

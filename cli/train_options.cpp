@@ -8,7 +8,7 @@
 #include <fmt/ranges.h>
 
 #include "cli/train_identity.h"
-#include "runtime/base/error.h"
+#include "base/error.h"
 
 namespace tower::cli {
 
@@ -41,7 +41,7 @@ GroupAssignment parse_groups(const std::string& text)
 }
 
 // "STEP[:RANK]", STEP counted from 1 as the logs count it; RANK defaults to 0.
-void parse_injection(const std::string& text, int world_size, ReplicatedOptions* o)
+void parse_injection(const std::string& text, int world_size, GradientOptions* o)
 {
 	const auto colon = text.find(':');
 	long long step = 0, rank = 0;
@@ -149,21 +149,27 @@ void detached_options(const TrainConfig& c, int world_size, StrategyOptions* o)
 		parse_delay(c.inject_delay, world_size, o);
 }
 
-ReplicatedOptions replicated_options(const TrainConfig& c, int world_size, const Device& device)
+ReplicatedOptions replicated_options(const TrainConfig& c, const Device& device)
 {
 	ReplicatedOptions o;
 	// auto: NCCL's ring on GPUs; on the CPU the hierarchical mode, whose steps inside a node
 	// read the peers' buffers through shared memory.
 	o.mode = c.allreduce == "auto" ? (device.is_cuda() ? AllReduceMode::ring : AllReduceMode::hierarchical)
 				       : parse_all_reduce_mode(c.allreduce);
-	o.reduce = parse_reduce_op(c.reduce);
-	if (o.reduce != ReduceOp::mean && o.reduce != ReduceOp::sum)
-		throw AgreedError(fmt::format("--reduce {}: gradients are reduced by mean or sum", c.reduce));
 	o.fusion_mb = c.fusion_mb;
 	o.overlap = c.overlap;
 	o.shard_update = c.shard_update;
 	o.groups = parse_groups(c.groups);
 	o.all_reduce.deterministic = c.deterministic;
+	return o;
+}
+
+GradientOptions gradient_options(const TrainConfig& c, int world_size)
+{
+	GradientOptions o;
+	o.reduce = parse_reduce_op(c.reduce);
+	if (o.reduce != ReduceOp::mean && o.reduce != ReduceOp::sum)
+		throw AgreedError(fmt::format("--reduce {}: gradients are reduced by mean or sum", c.reduce));
 	o.compress = c.compress == "none" ? DType::f32 : parse_precision(c.compress);
 	LossScaleOptions tuning;
 	tuning.log2_init = c.loss_scale_init;
@@ -188,7 +194,8 @@ TrainerConfig trainer_config(const TrainConfig& c, int world_size, const Device&
 	t.optimizer = c.optimizer;
 	t.schedule = c.schedule;
 	t.strategy.name = c.strategy;
-	t.strategy.replicated = replicated_options(c, world_size, device);
+	t.strategy.replicated = replicated_options(c, device);
+	t.strategy.gradients = gradient_options(c, world_size);
 	t.strategy.ps_ranks = c.ps_ranks;
 	t.strategy.ema_decay = c.ema_decay;
 	detached_options(c, world_size, &t.strategy);

@@ -2,7 +2,7 @@
 #pragma once
 
 #include "cli/train_config.h"
-#include "runtime/base/device.h"
+#include "base/device/device.h"
 #include "runtime/trainer.h"
 
 namespace tower::cli {
@@ -17,7 +17,7 @@ GroupAssignment parse_groups(const std::string& text);
 
 // --inject-nonfinite "STEP[:RANK]" (STEP from 1, RANK 0 by default) into o's injection fields;
 // throws tower::AgreedError unless STEP >= 1 and RANK < world_size.
-void parse_injection(const std::string& text, int world_size, ReplicatedOptions* o);
+void parse_injection(const std::string& text, int world_size, GradientOptions* o);
 // --inject-delay "RANK:MS": that rank sleeps MS ms in every step (stragglers for tests and benchmarks).
 void parse_delay(const std::string& text, int world_size, StrategyOptions* o);
 

@@ -1,4 +1,5 @@
-// All-reduce algorithms behind one interface, chosen by mode name: ring, hierarchical, naive.
+// The all-reduce interface and its factory: ring, hierarchical or naive by mode, each summing in
+// rank order when asked to be deterministic, and node-sharded where ranks share memory.
 #include "collectives/all_reduce.h"
 
 #include <algorithm>
@@ -9,9 +10,9 @@
 #include "collectives/all_reduce_ordered.h"
 #include "collectives/all_reduce_ring.h"
 #include "collectives/communicator.h"
-#include "runtime/base/agree.h"
-#include "runtime/base/error.h"
-#include "runtime/base/memory_host.h"
+#include "base/mpi/agree.h"
+#include "base/error.h"
+#include "base/tensor/memory_host.h"
 
 namespace tower {
 

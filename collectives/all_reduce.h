@@ -1,4 +1,5 @@
-// All-reduce algorithms behind one interface, chosen by mode name: ring, hierarchical, naive.
+// The all-reduce interface and its factory: ring, hierarchical or naive by mode, each summing in
+// rank order when asked to be deterministic, and node-sharded where ranks share memory.
 #pragma once
 
 #include <cstddef>
@@ -9,9 +10,9 @@
 #include "collectives/groups.h"
 #include "collectives/node_sharding.h"
 #include "collectives/reduce_op.h"
-#include "runtime/base/device.h"
-#include "runtime/base/dtype.h"
-#include "runtime/base/topology.h"
+#include "base/device/device.h"
+#include "base/tensor/dtype.h"
+#include "base/mpi/topology.h"
 
 namespace tower {
 

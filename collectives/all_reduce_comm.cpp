@@ -1,7 +1,7 @@
 // All-reduce modes built from a Communicator's calls: the device (NCCL) ring and hierarchical modes.
 #include "collectives/all_reduce_comm.h"
 
-#include "runtime/base/memory.h"
+#include "base/tensor/memory.h"
 
 namespace tower {
 

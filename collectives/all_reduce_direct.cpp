@@ -6,7 +6,7 @@
 #include "collectives/all_reduce_hierarchical.h"
 #include "collectives/reduce_host.h"
 #include "collectives/segments.h"
-#include "runtime/base/error.h"
+#include "base/error.h"
 
 namespace tower {
 

@@ -8,7 +8,7 @@
 
 #include "collectives/reduce_host.h"
 #include "collectives/segments.h"
-#include "runtime/base/collective_debug.h"
+#include "base/watchdog/collective_debug.h"
 
 namespace tower {
 

@@ -1,7 +1,7 @@
 // The naive all-reduce: MPI_Allreduce on host memory, through a host copy for device buffers.
 #include "collectives/all_reduce_naive.h"
 
-#include "runtime/base/memory.h"
+#include "base/tensor/memory.h"
 
 namespace tower {
 

@@ -5,8 +5,8 @@
 
 #include "collectives/reduce_host.h"
 #include "collectives/segments.h"
-#include "runtime/base/mpi_check.h"
-#include "runtime/base/watched_wait.h"
+#include "base/mpi/mpi_check.h"
+#include "base/watchdog/watched_wait.h"
 
 namespace tower {
 

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "collectives/all_reduce.h"
-#include "runtime/base/topology.h"
+#include "base/mpi/topology.h"
 
 namespace tower {
 

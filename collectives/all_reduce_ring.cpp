@@ -7,9 +7,9 @@
 #include "collectives/mpi_reduce_ops.h"
 #include "collectives/reduce_host.h"
 #include "collectives/segments.h"
-#include "runtime/base/collective_debug.h"
-#include "runtime/base/mpi_check.h"
-#include "runtime/base/watched_wait.h"
+#include "base/watchdog/collective_debug.h"
+#include "base/mpi/mpi_check.h"
+#include "base/watchdog/watched_wait.h"
 
 namespace tower {
 

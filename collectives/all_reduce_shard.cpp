@@ -2,8 +2,8 @@
 // there, leaving the rest to the caller (a sharded optimizer step updates that shard of variables
 // the node keeps one copy of, in memory from allocate_node_copy(), instead of spreading gradients).
 #include "collectives/all_reduce_hierarchical.h"
-#include "runtime/base/collective_debug.h"
-#include "runtime/base/error.h"
+#include "base/watchdog/collective_debug.h"
+#include "base/error.h"
 
 namespace tower {
 

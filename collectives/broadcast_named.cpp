@@ -3,9 +3,9 @@
 
 #include "collectives/communicator.h"
 #include "collectives/signature_check.h"
-#include "runtime/base/agree.h"
-#include "runtime/base/error.h"
-#include "runtime/base/mpi_check.h"
+#include "base/mpi/agree.h"
+#include "base/error.h"
+#include "base/mpi/mpi_check.h"
 
 namespace tower {
 

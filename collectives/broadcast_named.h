@@ -3,8 +3,8 @@
 
 #include <vector>
 
-#include "runtime/base/named_tensor.h"
-#include "runtime/base/topology.h"
+#include "base/tensor/named_tensor.h"
+#include "base/mpi/topology.h"
 
 namespace tower {
 

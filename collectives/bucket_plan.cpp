@@ -3,7 +3,7 @@
 
 #include <map>
 
-#include "runtime/base/error.h"
+#include "base/error.h"
 
 namespace tower {
 

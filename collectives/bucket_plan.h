@@ -5,8 +5,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/base/tensor.h"
-#include "runtime/base/dtype.h"
+#include "base/tensor/tensor.h"
+#include "base/tensor/dtype.h"
 
 namespace tower {
 

@@ -7,8 +7,8 @@
 #include <mpi.h>
 
 #include "collectives/reduce_op.h"
-#include "runtime/base/device.h"
-#include "runtime/base/dtype.h"
+#include "base/device/device.h"
+#include "base/tensor/dtype.h"
 
 namespace tower {
 

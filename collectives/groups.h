@@ -3,7 +3,7 @@
 
 #include <vector>
 
-#include "runtime/base/topology.h"
+#include "base/mpi/topology.h"
 
 namespace tower {
 

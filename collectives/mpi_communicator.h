@@ -3,7 +3,7 @@
 
 #include "collectives/communicator.h"
 #include "collectives/mpi_reduce_ops.h"
-#include "runtime/base/topology.h"
+#include "base/mpi/topology.h"
 
 namespace tower {
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "collectives/reduce_host.h"
-#include "runtime/base/mpi_check.h"
+#include "base/mpi/mpi_check.h"
 
 namespace tower {
 

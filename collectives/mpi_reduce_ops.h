@@ -4,7 +4,7 @@
 #include <mpi.h>
 
 #include "collectives/reduce_op.h"
-#include "runtime/base/dtype.h"
+#include "base/tensor/dtype.h"
 
 namespace tower {
 

@@ -7,12 +7,12 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include "runtime/base/cuda_check.h"
-#include "runtime/base/error.h"
-#include "runtime/base/gpu_runtime.h"
-#include "runtime/base/mpi_check.h"
-#include "runtime/base/topology.h"
-#include "runtime/base/watched_wait.h"
+#include "base/device/cuda_check.h"
+#include "base/error.h"
+#include "base/device/gpu_runtime.h"
+#include "base/mpi/mpi_check.h"
+#include "base/mpi/topology.h"
+#include "base/watchdog/watched_wait.h"
 
 #define TOWER_NCCL(call)                                                                        \
 	do {                                                                                    \
@@ -153,7 +153,7 @@ private:
 	// Waits for the stream while polling NCCL: a peer that died or a network failure shows up as
 	// an asynchronous error, which would otherwise leave the stream waiting forever. Returning
 	// only once the collective is complete orders every later use of its buffers after it.
-	// The wait is watched (runtime/base/watched_wait.h): a peer that stopped is named.
+	// The wait is watched (base/watchdog/watched_wait.h): a peer that stopped is named.
 	void wait()
 	{
 		wait_until(

@@ -1,7 +1,7 @@
 // The NCCL backend of Communicator in a build without CUDA: there is none.
 #include "collectives/nccl_communicator.h"
 
-#include "runtime/base/error.h"
+#include "base/error.h"
 
 namespace tower {
 

@@ -8,7 +8,7 @@
 
 #include "collectives/reduce_op.h"
 #include "collectives/segments.h"
-#include "runtime/base/dtype.h"
+#include "base/tensor/dtype.h"
 
 namespace tower {
 

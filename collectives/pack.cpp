@@ -4,8 +4,8 @@
 #include <cstring>
 
 #include "collectives/all_reduce.h"
-#include "runtime/base/error.h"
-#include "runtime/base/memory.h"
+#include "base/error.h"
+#include "base/tensor/memory.h"
 
 namespace tower {
 

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "collectives/bucket_plan.h"
-#include "runtime/base/tensor.h"
+#include "base/tensor/tensor.h"
 
 namespace tower {
 

@@ -2,8 +2,8 @@
 #include "collectives/pack.h"
 
 #include "collectives/pack_kernel.h"
-#include "runtime/base/cuda_check.h"
-#include "runtime/base/gpu_runtime.h"
+#include "base/device/cuda_check.h"
+#include "base/device/gpu_runtime.h"
 
 namespace tower {
 

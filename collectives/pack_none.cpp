@@ -1,7 +1,7 @@
 // The GPU half of copy_batch in a build without CUDA: there is none.
 #include "collectives/pack.h"
 
-#include "runtime/base/error.h"
+#include "base/error.h"
 
 namespace tower {
 

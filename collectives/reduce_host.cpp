@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <array>
 
-#include "runtime/base/half.h"
-#include "runtime/base/error.h"
+#include "base/tensor/half.h"
+#include "base/error.h"
 
 namespace tower {
 

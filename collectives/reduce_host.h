@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "collectives/reduce_op.h"
-#include "runtime/base/dtype.h"
+#include "base/tensor/dtype.h"
 
 namespace tower {
 

@@ -1,7 +1,7 @@
 // The reductions a collective can apply: sum, mean, max, min.
 #include "collectives/reduce_op.h"
 
-#include "runtime/base/error.h"
+#include "base/error.h"
 
 namespace tower {
 

@@ -7,13 +7,13 @@
 
 #include <mpi.h>
 
-#include "runtime/base/topology.h"
+#include "base/mpi/topology.h"
 
 namespace tower {
 
 // Every rank owns one slot that all ranks of the communicator can read and write directly. The
 // ranks synchronize through per-rank counters in the window, which costs far less than an MPI
-// barrier; waits are watched (runtime/base/watched_wait.h): they back off from spinning and name
+// barrier; waits are watched (base/watchdog/watched_wait.h): they back off from spinning and name
 // the ranks that have not arrived when a barrier stalls.
 class ShmNode {
 public:

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <functional>
 
-#include "runtime/base/mpi_check.h"
+#include "base/mpi/mpi_check.h"
 
 namespace tower {
 

@@ -4,10 +4,11 @@
 #include <algorithm>
 #include <sstream>
 
-#include "runtime/base/agree.h"
-#include "runtime/base/error.h"
-#include "runtime/base/mpi_check.h"
-#include "runtime/base/watched_wait.h"
+#include "base/mpi/agree.h"
+#include "base/error.h"
+#include "base/mpi/mpi_check.h"
+#include "base/watchdog/watched_wait.h"
+#include "base/mpi/scalars.h"
 
 namespace tower {
 
@@ -32,13 +33,7 @@ std::vector<std::string> root_signature(MPI_Comm comm, const std::vector<std::st
 	std::string text;
 	for (const auto& line : mine)
 		text += line + "\n";
-	int64_t length = static_cast<int64_t>(text.size());
-	MPI_Request request = MPI_REQUEST_NULL;
-	TOWER_MPI(MPI_Ibcast(&length, 1, MPI_INT64_T, root, comm, &request));
-	wait_request(request, {"signature check", comm});
-	text.resize(static_cast<size_t>(length));
-	TOWER_MPI(MPI_Ibcast(text.data(), static_cast<int>(length), MPI_CHAR, root, comm, &request));
-	wait_request(request, {"signature check", comm});
+	broadcast_string(comm, text, root, "signature check");
 	std::vector<std::string> out;
 	std::istringstream lines(text);
 	for (std::string line; std::getline(lines, line);)
@@ -71,6 +66,14 @@ void check_signatures(MPI_Comm comm, const std::vector<NamedTensor>& tensors, in
 	const auto mine = signature(tensors);
 	const std::string problem = differences(mine, root_signature(comm, mine, root), root);
 	agree(comm, problem.empty() ? "" : fmt::format("{} differs from rank {}'s: {}", what, root, problem));
+}
+
+void check_gradient_list(MPI_Comm comm, const std::vector<Parameter*>& parameters)
+{
+	std::vector<NamedTensor> gradients;
+	for (const Parameter* p : parameters)
+		gradients.push_back({p->name, p->grad});
+	check_signatures(comm, gradients, 0, "gradient list");
 }
 
 } // namespace tower

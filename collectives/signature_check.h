@@ -6,7 +6,8 @@
 
 #include <mpi.h>
 
-#include "runtime/base/named_tensor.h"
+#include "base/tensor/named_tensor.h"
+#include "base/tensor/parameter.h"
 
 namespace tower {
 
@@ -14,5 +15,8 @@ namespace tower {
 // tower::AgreedError on every rank, naming each differing rank and its first differing entries,
 // prefixed by `what` ("gradient list", "broadcast"). No data moves.
 void check_signatures(MPI_Comm comm, const std::vector<NamedTensor>& tensors, int root, std::string_view what);
+
+// Collective: check_signatures of the parameters' gradients against rank 0's, as the "gradient list".
+void check_gradient_list(MPI_Comm comm, const std::vector<Parameter*>& parameters);
 
 } // namespace tower

@@ -1,10 +1,10 @@
 // Gathers a rank's shard of samples into tensors on its device, reusing the same buffers each step.
-#include "models/data/batch_assembler.h"
+#include "data/batch_assembler.h"
 
 #include <algorithm>
 
-#include "runtime/base/error.h"
-#include "runtime/base/memory.h"
+#include "base/error.h"
+#include "base/tensor/memory.h"
 
 namespace tower {
 

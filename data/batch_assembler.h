@@ -5,8 +5,8 @@
 #include <span>
 #include <vector>
 
-#include "models/data/fashion_mnist.h"
-#include "runtime/base/tensor.h"
+#include "data/fashion_mnist.h"
+#include "base/tensor/tensor.h"
 
 namespace tower {
 

@@ -1,9 +1,9 @@
 // The Fashion-MNIST dataset: 28x28 grey images as f32 in [0, 1] and labels 0..9 as i32.
-#include "models/data/fashion_mnist.h"
+#include "data/fashion_mnist.h"
 
-#include "models/data/idx_file.h"
-#include "runtime/base/agree.h"
-#include "runtime/base/error.h"
+#include "data/idx_file.h"
+#include "base/mpi/agree.h"
+#include "base/error.h"
 
 namespace tower {
 

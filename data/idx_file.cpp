@@ -1,5 +1,5 @@
 // Reading IDX files, the big-endian array format of the MNIST family, optionally gzip-compressed.
-#include "models/data/idx_file.h"
+#include "data/idx_file.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -8,7 +8,7 @@
 
 #include <zlib.h>
 
-#include "runtime/base/error.h"
+#include "base/error.h"
 
 namespace tower {
 

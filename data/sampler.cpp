@@ -1,9 +1,9 @@
 // Which samples each rank trains on at each step: one shuffled global batch per step, cut into
 // one contiguous shard per rank.
-#include "models/data/sampler.h"
+#include "data/sampler.h"
 
-#include "models/data/shuffle.h"
-#include "runtime/base/error.h"
+#include "data/shuffle.h"
+#include "base/error.h"
 
 namespace tower {
 

@@ -1,5 +1,5 @@
 // A small deterministic generator (splitmix64) and the per-epoch permutation built from it.
-#include "models/data/shuffle.h"
+#include "data/shuffle.h"
 
 #include <cstddef>
 #include <numeric>

@@ -16,9 +16,9 @@
 #include "models/layers/layer.h"
 #include "models/layers/linear.h"
 #include "models/sequential.h"
-#include "runtime/base/error.h"
-#include "runtime/base/topology.h"
-#include "runtime/base/world.h"
+#include "base/error.h"
+#include "base/mpi/topology.h"
+#include "base/mpi/world.h"
 #include "runtime/trainer.h"
 
 namespace {

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/base/parameter.h"
+#include "base/tensor/parameter.h"
 
 namespace tower {
 

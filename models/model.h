@@ -4,7 +4,7 @@
 #include <functional>
 #include <vector>
 
-#include "runtime/base/parameter.h"
+#include "base/tensor/parameter.h"
 
 namespace tower {
 

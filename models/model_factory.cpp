@@ -3,7 +3,7 @@
 
 #include "models/cnn.h"
 #include "models/mlp.h"
-#include "runtime/base/error.h"
+#include "base/error.h"
 
 namespace tower {
 

@@ -7,8 +7,8 @@
 #include <string_view>
 
 #include "models/model.h"
-#include "runtime/base/device.h"
-#include "runtime/base/dtype.h"
+#include "base/device/device.h"
+#include "base/tensor/dtype.h"
 
 namespace tower {
 

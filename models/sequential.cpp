@@ -1,8 +1,8 @@
 // A model made of a chain of layers ending in softmax cross-entropy; the built-in models are these.
 #include "models/sequential.h"
 
-#include "models/ops.h"
-#include "runtime/base/error.h"
+#include "models/kernels/ops.h"
+#include "base/error.h"
 
 namespace tower {
 

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <string>
 
-#include "runtime/base/error.h"
+#include "base/error.h"
 
 namespace tower {
 

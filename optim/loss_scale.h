@@ -5,7 +5,7 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/base/named_tensor.h"
+#include "base/tensor/named_tensor.h"
 
 namespace tower {
 
@@ -36,7 +36,7 @@ LossScaleOptions parse_loss_scale(std::string_view text, const LossScaleOptions&
 
 // The loss scale of one training run. Its state lives in two host tensors, "loss_scale/log2"
 // (f32 [1], the log2 of the current scale) and "loss_scale/clean_steps" (i64 [1], overflow-free
-// steps in a row). The builder broadcasts them from rank 0 when it is constructed, as it does the
+// steps in a row). The engine broadcasts them from rank 0 when it is constructed, as it does the
 // parameters and optimizer state, and checkpoints save them. The scaler reads them at every
 // call, so writing them restores it.
 class LossScaler {

@@ -6,7 +6,7 @@
 #include "optim/adam.h"
 #include "optim/parameter_checks.h"
 #include "optim/sgd.h"
-#include "runtime/base/error.h"
+#include "base/error.h"
 
 namespace tower {
 

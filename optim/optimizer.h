@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/base/named_tensor.h"
-#include "runtime/base/parameter.h"
+#include "base/tensor/named_tensor.h"
+#include "base/tensor/parameter.h"
 
 namespace tower {
 
@@ -52,7 +52,7 @@ public:
 
 	// The state tensors of parameter i (none for plain SGD), in update_range()'s order. The
 	// caller may rebind them to views of the same shape, dtype and device holding the same
-	// values, as the replicated-mode builder does to lay the state out like the gradients.
+	// values, as the replicated engine does to lay the state out like the gradients.
 	virtual std::vector<Tensor*> parameter_state(size_t i) = 0;
 
 	// The optimizer's state as named tensors sharing its memory: per parameter

@@ -1,7 +1,7 @@
 // Checks optimizers apply to the parameters they are made for and stepped with.
 #include "optim/parameter_checks.h"
 
-#include "runtime/base/error.h"
+#include "base/error.h"
 
 namespace tower {
 

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/base/parameter.h"
+#include "base/tensor/parameter.h"
 
 namespace tower {
 

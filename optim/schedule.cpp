@@ -5,7 +5,7 @@
 #include <cmath>
 #include <numbers>
 
-#include "runtime/base/error.h"
+#include "base/error.h"
 
 namespace tower {
 

@@ -1,7 +1,7 @@
 // The optimizer's step counter: an i64 [1] tensor kept with the rest of its state.
 #include "optim/step_counter.h"
 
-#include "runtime/base/memory.h"
+#include "base/tensor/memory.h"
 
 namespace tower {
 

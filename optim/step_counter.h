@@ -3,7 +3,7 @@
 
 #include <cstdint>
 
-#include "runtime/base/named_tensor.h"
+#include "base/tensor/named_tensor.h"
 
 namespace tower {
 

@@ -4,7 +4,7 @@
 #include <cstdint>
 
 #include "optim/update_rules.h"
-#include "runtime/base/device.h"
+#include "base/device/device.h"
 
 namespace tower {
 

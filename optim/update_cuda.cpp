@@ -1,7 +1,7 @@
 // The CUDA update entry points: launch the kernels and turn a failed launch into tower::Error.
 #include "optim/update.h"
 #include "optim/update_kernels_cuda.h"
-#include "runtime/base/cuda_check.h"
+#include "base/device/cuda_check.h"
 
 namespace tower {
 

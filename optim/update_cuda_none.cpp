@@ -1,6 +1,6 @@
 // The CUDA update entry points of a CPU-only build: reaching one means a GPU tensor was used.
 #include "optim/update.h"
-#include "runtime/base/error.h"
+#include "base/error.h"
 
 namespace tower {
 

@@ -1,14 +1,14 @@
-// Test-set evaluation split across the ranks, with the totals summed over all of them.
+// Test-set evaluation split across the workers, with the totals summed over every rank.
 #include "runtime/evaluate.h"
 
 #include <map>
 #include <numeric>
 #include <vector>
 
-#include "models/data/batch_assembler.h"
-#include "runtime/base/collective_debug.h"
-#include "runtime/base/mpi_check.h"
-#include "runtime/base/watched_wait.h"
+#include "data/batch_assembler.h"
+#include "base/watchdog/collective_debug.h"
+#include "base/mpi/mpi_check.h"
+#include "base/watchdog/watched_wait.h"
 
 namespace tower {
 

@@ -5,8 +5,8 @@
 
 #include <mpi.h>
 
-#include "models/data/fashion_mnist.h"
-#include "runtime/strategy.h"
+#include "data/fashion_mnist.h"
+#include "runtime/strategies/strategy.h"
 
 namespace tower {
 

@@ -8,30 +8,27 @@
 #include <limits>
 #include <thread>
 
-#include "models/data/batch_assembler.h"
-#include "models/data/sampler.h"
-#include "runtime/base/agree.h"
-#include "runtime/base/error.h"
-#include "runtime/base/memory.h"
-#include "runtime/base/collective_debug.h"
-#include "runtime/base/mpi_check.h"
-#include "runtime/detached_strategy.h"
-#include "runtime/base/watched_wait.h"
+#include "data/batch_assembler.h"
+#include "data/sampler.h"
+#include "base/mpi/agree.h"
+#include "base/error.h"
+#include "base/tensor/memory.h"
+#include "base/watchdog/collective_debug.h"
+#include "base/mpi/mpi_check.h"
+#include "runtime/strategies/detached/detached_strategy.h"
+#include "base/watchdog/watched_wait.h"
 #include "runtime/evaluate.h"
-#include "runtime/metrics_log.h"
-#include "runtime/progress.h"
-#include "runtime/timeline.h"
+#include "runtime/observe/metrics_log.h"
+#include "runtime/observe/progress.h"
+#include "runtime/observe/timeline.h"
+#include "base/clock.h"
+#include "base/mpi/scalars.h"
 
 namespace tower {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t)
-{
-	return std::chrono::duration<double>(Clock::now() - t).count();
-}
+using Clock = SteadyClock;
 
 // Rank 0 opens the metrics file; a failure there becomes an error on every rank.
 MetricsLog open_metrics(MPI_Comm comm, int rank, const std::string& path)
@@ -91,18 +88,12 @@ ScheduleConfig schedule_for(const TrainerConfig& c, int64_t total_steps)
 
 int64_t max_over_ranks(MPI_Comm comm, int64_t value)
 {
-	MPI_Request request = MPI_REQUEST_NULL;
-	TOWER_MPI(MPI_Iallreduce(MPI_IN_PLACE, &value, 1, MPI_INT64_T, MPI_MAX, comm, &request));
-	wait_request(request, {"summary totals", comm});
-	return value;
+	return all_reduce_scalar(comm, value, MPI_MAX, "summary totals");
 }
 
 int64_t sum_over_ranks(MPI_Comm comm, int64_t value)
 {
-	MPI_Request request = MPI_REQUEST_NULL;
-	TOWER_MPI(MPI_Iallreduce(MPI_IN_PLACE, &value, 1, MPI_INT64_T, MPI_SUM, comm, &request));
-	wait_request(request, {"summary totals", comm});
-	return value;
+	return all_reduce_scalar(comm, value, MPI_SUM, "summary totals");
 }
 
 // Sums of one logging window on this rank.
@@ -179,7 +170,7 @@ Trainer::Run::Run(const Topology& topology, const Device& device, Model& model, 
 	: c_(c), topology_(topology), device_(device), agreed_(check_agreement(topology, device, model, train, test, c)),
 	  metrics_(open_metrics(topology.world(), topology.rank(), c.metrics_path)),
 	  timeline_(topology.world(), c.timeline_path),
-	  train_(train), test_(test), strategy_(make_strategy(topology, device, model, c.optimizer, c.strategy)),
+	  train_(train), test_(test), strategy_(build_strategy(topology, device, model, c.optimizer, c.strategy)),
 	  facts_(strategy_->facts()),
 	  sampler_(train.count, c.batch, std::max(strategy_->worker_index(), 0), strategy_->workers(), c.data_seed),
 	  assembler_(train, c.batch, device), total_steps_(planned_steps(c, sampler_.steps_per_epoch())),
@@ -191,11 +182,8 @@ Trainer::Run::Run(const Topology& topology, const Device& device, Model& model, 
 	if ((checkpointer_.saving() || c.checkpoint.resume) && !c.strategy.replicated.groups.empty())
 		throw AgreedError("--groups: each replica group holds its own parameters and a checkpoint saves rank 0's "
 				  "replica only; drop --groups or the checkpoint options");
-	if ((checkpointer_.saving() || c.checkpoint.resume) && dynamic_cast<DetachedStrategy*>(strategy_.get()))
-		throw AgreedError(fmt::format("--strategy {}: checkpoints are not supported for it (its owners apply "
-					      "gradients while the workers run ahead, so no step is common to all); use "
-					      "replicated or parameter-server to checkpoint, or drop the checkpoint options",
-					      facts_.name));
+	if ((checkpointer_.saving() || c.checkpoint.resume) && !strategy_->why_no_checkpoints().empty())
+		throw AgreedError(strategy_->why_no_checkpoints());
 }
 
 void Trainer::Run::train_step(int epoch, int64_t update_in_epoch)
@@ -385,10 +373,7 @@ void Trainer::Run::evaluate(int epoch)
 nlohmann::json Trainer::Run::finish()
 {
 	// A dedicated server holds no whole model and reports 0: rank 0 prints the workers' hash.
-	uint64_t hash = strategy_->check_replicas();
-	MPI_Request request = MPI_REQUEST_NULL;
-	TOWER_MPI(MPI_Iallreduce(MPI_IN_PLACE, &hash, 1, MPI_UINT64_T, MPI_MAX, topology_.world(), &request));
-	wait_request(request, {"summary: replica hash", topology_.world()});
+	const uint64_t hash = all_reduce_scalar(topology_.world(), strategy_->check_replicas(), MPI_MAX, "summary: replica hash");
 	// Steps before a resume took no time in this run; detached strategies count what was applied.
 	const double samples_per_s = detached_totals_.is_null()
 		? static_cast<double>((step_ - resumed_step_) * samples_per_step()) / std::max(train_s_, 1e-9)
@@ -456,7 +441,7 @@ nlohmann::json Trainer::Run::run()
 		progress_.say(facts_.layout);
 	if (facts_.details.contains("placement"))
 		metrics_.write({{"event", "placement"}, {"placement", facts_.details["placement"]}});
-	if (auto* detached = dynamic_cast<DetachedStrategy*>(strategy_.get()))
+	if (DetachedStrategy* detached = strategy_->detached())
 		return run_detached(*detached);
 	int64_t first_update = 0;
 	resume(&first_update);

@@ -7,15 +7,15 @@
 
 #include <nlohmann/json.hpp>
 
-#include "models/data/fashion_mnist.h"
+#include "data/fashion_mnist.h"
 #include "models/model.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
-#include "runtime/base/device.h"
-#include "runtime/base/topology.h"
-#include "runtime/checkpoint.h"
-#include "runtime/run_fingerprint.h"
-#include "runtime/strategy.h"
+#include "base/device/device.h"
+#include "base/mpi/topology.h"
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/safety/run_fingerprint.h"
+#include "runtime/strategies/strategy.h"
 
 namespace tower {
 
@@ -32,7 +32,7 @@ struct TrainerConfig {
 	int eval_every = 1;       // evaluate every this many epochs and at the end; 0: never
 	int64_t check_every = 100; // compare the replicas' hashes every this many updates; 0: at the end only
 	std::string metrics_path; // JSON lines written by rank 0; empty: none
-	std::string timeline_path; // Chrome trace of every rank (runtime/timeline.h); empty: none
+	std::string timeline_path; // Chrome trace of every rank (runtime/observe/timeline.h); empty: none
 	CheckpointConfig checkpoint; // docs/checkpoints.md
 	// Written into the summary as they are, so a run's log says what ran.
 	nlohmann::json labels;

@@ -1,5 +1,5 @@
 // What this binary was built with and runs on: tower, MPI, CUDA libraries.
-#include "runtime/base/build_info.h"
+#include "base/device/build_info.h"
 
 #include <mpi.h>
 

@@ -1,13 +1,13 @@
 // What this binary was built with and runs on: tower, MPI, CUDA libraries (the CPU
-// kernels' library is reported by models/cpu/cpu_threads.h).
+// kernels' library is reported by models/kernels/cpu/cpu_threads.h).
 #pragma once
 
 #include <string>
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/base/gpu_runtime.h"
-#include "runtime/base/world.h"
+#include "base/device/gpu_runtime.h"
+#include "base/mpi/world.h"
 
 namespace tower {
 

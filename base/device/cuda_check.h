@@ -3,7 +3,7 @@
 
 #include <cuda_runtime.h>
 
-#include "runtime/base/error.h"
+#include "base/error.h"
 
 #define TOWER_CUDA(call)                                                                        \
 	do {                                                                                    \

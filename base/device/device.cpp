@@ -1,5 +1,5 @@
 // Which device each rank's tower runs on: a CUDA device chosen by local rank, or the CPU.
-#include "runtime/base/device.h"
+#include "base/device/device.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -7,9 +7,9 @@
 
 #include <fmt/ranges.h>
 
-#include "runtime/base/agree.h"
-#include "runtime/base/error.h"
-#include "runtime/base/mpi_check.h"
+#include "base/mpi/agree.h"
+#include "base/error.h"
+#include "base/mpi/mpi_check.h"
 
 namespace tower {
 

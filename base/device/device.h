@@ -3,8 +3,8 @@
 
 #include <string>
 
-#include "runtime/base/gpu_runtime.h"
-#include "runtime/base/topology.h"
+#include "base/device/gpu_runtime.h"
+#include "base/mpi/topology.h"
 
 namespace tower {
 

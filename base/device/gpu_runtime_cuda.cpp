@@ -1,5 +1,5 @@
 // The GPU probe of a CUDA build: devices and CUDA, cuBLAS and NCCL versions.
-#include "runtime/base/gpu_runtime.h"
+#include "base/device/gpu_runtime.h"
 
 #include <cstdio>
 
@@ -7,7 +7,7 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
-#include "runtime/base/error.h"
+#include "base/error.h"
 
 namespace tower {
 

@@ -1,7 +1,7 @@
 // The GPU probe of a CPU-only build: no devices, nothing built.
-#include "runtime/base/gpu_runtime.h"
+#include "base/device/gpu_runtime.h"
 
-#include "runtime/base/error.h"
+#include "base/error.h"
 
 namespace tower {
 

@@ -1,5 +1,5 @@
 // Turns verdicts that may differ between ranks into one verdict every rank shares.
-#include "runtime/base/agree.h"
+#include "base/mpi/agree.h"
 
 #include <algorithm>
 #include <utility>
@@ -7,9 +7,9 @@
 
 #include <fmt/ranges.h>
 
-#include "runtime/base/error.h"
-#include "runtime/base/mpi_check.h"
-#include "runtime/base/watched_wait.h"
+#include "base/error.h"
+#include "base/mpi/mpi_check.h"
+#include "base/watchdog/watched_wait.h"
 
 namespace tower {
 

@@ -1,8 +1,8 @@
 // Gathers one string from every rank, for reports that rank 0 prints.
-#include "runtime/base/gather.h"
+#include "base/mpi/gather.h"
 
-#include "runtime/base/mpi_check.h"
-#include "runtime/base/watched_wait.h"
+#include "base/mpi/mpi_check.h"
+#include "base/watchdog/watched_wait.h"
 
 namespace tower {
 

@@ -1,9 +1,9 @@
 // Checks the return codes of MPI calls and turns failures into tower::Error.
-#include "runtime/base/mpi_check.h"
+#include "base/mpi/mpi_check.h"
 
 #include <mpi.h>
 
-#include "runtime/base/error.h"
+#include "base/error.h"
 
 namespace tower {
 

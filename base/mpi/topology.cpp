@@ -1,13 +1,13 @@
 // Where each rank sits: node and local rank, from shared memory or a simulated grouping.
-#include "runtime/base/topology.h"
+#include "base/mpi/topology.h"
 
 #include <cstdlib>
 #include <string>
 
-#include "runtime/base/arrival_table.h"
-#include "runtime/base/error.h"
-#include "runtime/base/mpi_check.h"
-#include "runtime/base/watched_wait.h"
+#include "base/watchdog/arrival_table.h"
+#include "base/error.h"
+#include "base/mpi/mpi_check.h"
+#include "base/watchdog/watched_wait.h"
 
 namespace tower {
 

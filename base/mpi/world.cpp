@@ -1,7 +1,7 @@
 // RAII ownership of MPI: init with a checked thread level, finalize on destruction.
-#include "runtime/base/world.h"
+#include "base/mpi/world.h"
 
-#include "runtime/base/error.h"
+#include "base/error.h"
 
 namespace tower {
 

@@ -1,7 +1,7 @@
 // Element types of tensors and communication buffers, with their sizes and names.
-#include "runtime/base/dtype.h"
+#include "base/tensor/dtype.h"
 
-#include "runtime/base/error.h"
+#include "base/error.h"
 
 namespace tower {
 

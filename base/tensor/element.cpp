@@ -1,10 +1,10 @@
 // Reading and writing one element of any dtype as a double, for reference checks and test data.
-#include "runtime/base/element.h"
+#include "base/tensor/element.h"
 
 #include <cstdint>
 #include <cstring>
 
-#include "runtime/base/half.h"
+#include "base/tensor/half.h"
 
 namespace tower {
 

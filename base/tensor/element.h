@@ -3,7 +3,7 @@
 
 #include <cstddef>
 
-#include "runtime/base/dtype.h"
+#include "base/tensor/dtype.h"
 
 namespace tower {
 

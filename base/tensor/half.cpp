@@ -1,5 +1,5 @@
 // Conversions between f32 and the 16-bit float formats (IEEE f16 and bfloat16), round to nearest even.
-#include "runtime/base/half.h"
+#include "base/tensor/half.h"
 
 #if defined(__F16C__) || defined(__x86_64__)
 #include <immintrin.h>

@@ -3,7 +3,7 @@
 
 #include <cstddef>
 
-#include "runtime/base/device.h"
+#include "base/device/device.h"
 
 namespace tower {
 

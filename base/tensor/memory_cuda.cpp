@@ -1,10 +1,10 @@
 // Device memory of a CUDA build: host memory for the CPU, cudaMalloc and cudaMemcpy for GPUs.
 #include <cstring>
 
-#include "runtime/base/cuda_check.h"
-#include "runtime/base/gpu_runtime.h"
-#include "runtime/base/memory.h"
-#include "runtime/base/memory_host.h"
+#include "base/device/cuda_check.h"
+#include "base/device/gpu_runtime.h"
+#include "base/tensor/memory.h"
+#include "base/tensor/memory_host.h"
 
 namespace tower {
 

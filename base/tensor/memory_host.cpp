@@ -1,12 +1,12 @@
 // Host-side memory operations shared by the CPU-only and CUDA builds.
-#include "runtime/base/memory_host.h"
+#include "base/tensor/memory_host.h"
 
 #include <sys/resource.h>
 
 #include <cstdlib>
 #include <cstring>
 
-#include "runtime/base/error.h"
+#include "base/error.h"
 
 namespace tower {
 

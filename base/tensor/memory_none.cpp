@@ -1,9 +1,9 @@
 // Device memory of a CPU-only build: every device is the host.
 #include <cstring>
 
-#include "runtime/base/error.h"
-#include "runtime/base/memory.h"
-#include "runtime/base/memory_host.h"
+#include "base/error.h"
+#include "base/tensor/memory.h"
+#include "base/tensor/memory_host.h"
 
 namespace tower {
 

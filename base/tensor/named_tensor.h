@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "runtime/base/tensor.h"
+#include "base/tensor/tensor.h"
 
 namespace tower {
 

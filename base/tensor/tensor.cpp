@@ -1,9 +1,9 @@
 // A dense tensor on one device: shape, element type, and owned or borrowed memory.
-#include "runtime/base/tensor.h"
+#include "base/tensor/tensor.h"
 
-#include "runtime/base/half.h"
-#include "runtime/base/error.h"
-#include "runtime/base/memory.h"
+#include "base/tensor/half.h"
+#include "base/error.h"
+#include "base/tensor/memory.h"
 
 namespace tower {
 

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "runtime/base/device.h"
-#include "runtime/base/dtype.h"
+#include "base/device/device.h"
+#include "base/tensor/dtype.h"
 
 namespace tower {
 

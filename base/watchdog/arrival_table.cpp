@@ -1,5 +1,5 @@
 // Where each rank of this host is waiting, in shared memory, so a stalled rank's peers can name it.
-#include "runtime/base/arrival_table.h"
+#include "base/watchdog/arrival_table.h"
 
 #include <algorithm>
 #include <atomic>

@@ -1,9 +1,9 @@
-// The one place where the async and sync-replicas strategies block: watched waits that sleep.
-#include "runtime/backoff_wait.h"
+// Polls with a growing sleep, for the async and sync-replicas strategies, whose ranks may idle
+// for long: a thin layer over the watched waits of base/watchdog/watched_wait.h.
+#include "base/watchdog/backoff_wait.h"
 
-
-#include "runtime/base/mpi_check.h"
-#include "runtime/base/watched_wait.h"
+#include "base/mpi/mpi_check.h"
+#include "base/watchdog/watched_wait.h"
 
 namespace tower {
 

@@ -1,4 +1,5 @@
-// The one place where the async and sync-replicas strategies block: polls with a growing sleep.
+// Polls with a growing sleep, for the async and sync-replicas strategies, whose ranks may idle
+// for long: a thin layer over the watched waits of base/watchdog/watched_wait.h.
 #pragma once
 
 #include <functional>

@@ -1,5 +1,5 @@
 // --debug-collectives: before each collective, the ranks compare what each is about to call.
-#include "runtime/base/collective_debug.h"
+#include "base/watchdog/collective_debug.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -11,9 +11,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "runtime/base/error.h"
-#include "runtime/base/mpi_check.h"
-#include "runtime/base/watched_wait.h"
+#include "base/error.h"
+#include "base/mpi/mpi_check.h"
+#include "base/watchdog/watched_wait.h"
 
 namespace tower {
 

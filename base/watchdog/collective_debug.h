@@ -15,7 +15,7 @@
 
 #include <mpi.h>
 
-#include "runtime/base/dtype.h"
+#include "base/tensor/dtype.h"
 
 namespace tower {
 

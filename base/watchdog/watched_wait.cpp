@@ -1,5 +1,5 @@
 // Every blocking wait in tower: spins briefly, then yields, then sleeps, and names a stall.
-#include "runtime/base/watched_wait.h"
+#include "base/watchdog/watched_wait.h"
 
 #include <algorithm>
 #include <atomic>
@@ -10,10 +10,11 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "runtime/base/arrival_table.h"
-#include "runtime/base/error.h"
-#include "runtime/base/fatal.h"
-#include "runtime/base/mpi_check.h"
+#include "base/watchdog/arrival_table.h"
+#include "base/error.h"
+#include "base/fatal.h"
+#include "base/mpi/mpi_check.h"
+#include "base/clock.h"
 
 namespace tower {
 
@@ -44,11 +45,6 @@ std::atomic<double> abort_limit{600.0};
 std::atomic<int64_t> current_step{-1};
 thread_local const char* context_unit = nullptr;
 thread_local int64_t context_index = -1;
-
-double seconds_since(Clock::time_point t)
-{
-	return std::chrono::duration<double>(Clock::now() - t).count();
-}
 
 void back_off(double waited, detail::BackOff policy)
 {

@@ -1,5 +1,5 @@
-// The default convolution of models/ops.h: im2col + GEMM one image at a time, for any backend.
-#include "models/ops.h"
+// The default convolution of models/kernels/ops.h: im2col + GEMM one image at a time, for any backend.
+#include "models/kernels/ops.h"
 
 namespace tower {
 

@@ -1,7 +1,7 @@
-// Shape, dtype and device checks shared by the backends of models/ops.h.
-#include "models/ops_checks.h"
+// Shape, dtype and device checks shared by the backends of models/kernels/ops.h.
+#include "models/kernels/ops_checks.h"
 
-#include "runtime/base/error.h"
+#include "base/error.h"
 
 namespace tower {
 

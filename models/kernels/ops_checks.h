@@ -1,9 +1,9 @@
-// Shape, dtype and device checks shared by the backends of models/ops.h.
+// Shape, dtype and device checks shared by the backends of models/kernels/ops.h.
 #pragma once
 
 #include <cstdint>
 
-#include "models/ops.h"
+#include "models/kernels/ops.h"
 
 namespace tower {
 

@@ -4,7 +4,7 @@
 
 #include "models/init.h"
 #include "models/layers/precision.h"
-#include "runtime/base/error.h"
+#include "base/error.h"
 
 namespace tower {
 

@@ -7,7 +7,7 @@
 #include "models/layers/layer.h"
 #include "models/layers/linear.h"
 #include "models/layers/workspace.h"
-#include "models/ops.h"
+#include "models/kernels/ops.h"
 
 namespace tower {
 

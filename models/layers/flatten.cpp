@@ -1,7 +1,7 @@
 // Flattens [B, ...] into [B, features] without copying.
 #include "models/layers/flatten.h"
 
-#include "runtime/base/error.h"
+#include "base/error.h"
 
 namespace tower {
 

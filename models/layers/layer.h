@@ -4,8 +4,8 @@
 #include <vector>
 
 #include "models/model.h"
-#include "runtime/base/parameter.h"
-#include "runtime/base/tensor.h"
+#include "base/tensor/parameter.h"
+#include "base/tensor/tensor.h"
 
 namespace tower {
 

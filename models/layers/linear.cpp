@@ -3,8 +3,8 @@
 
 #include "models/init.h"
 #include "models/layers/precision.h"
-#include "models/ops.h"
-#include "runtime/base/error.h"
+#include "models/kernels/ops.h"
+#include "base/error.h"
 
 namespace tower {
 

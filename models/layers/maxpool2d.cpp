@@ -1,8 +1,8 @@
 // 2x2 max pooling with stride 2.
 #include "models/layers/maxpool2d.h"
 
-#include "models/ops.h"
-#include "runtime/base/error.h"
+#include "models/kernels/ops.h"
+#include "base/error.h"
 
 namespace tower {
 

@@ -2,7 +2,7 @@
 // parameter gradients computed in the low type and cast into the f32 Parameter::grad.
 #include "models/layers/precision.h"
 
-#include "models/ops.h"
+#include "models/kernels/ops.h"
 
 namespace tower {
 

@@ -1,8 +1,8 @@
 // Elementwise max(0, x) as a layer of its own (Linear and Conv2d can also fuse it).
 #include "models/layers/relu.h"
 
-#include "models/ops.h"
-#include "runtime/base/error.h"
+#include "models/kernels/ops.h"
+#include "base/error.h"
 
 namespace tower {
 

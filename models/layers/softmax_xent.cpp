@@ -1,7 +1,7 @@
 // The loss of the built-in models: softmax cross-entropy averaged over the batch.
 #include "models/layers/softmax_xent.h"
 
-#include "runtime/base/error.h"
+#include "base/error.h"
 
 namespace tower {
 

@@ -2,7 +2,7 @@
 #pragma once
 
 #include "models/layers/workspace.h"
-#include "models/ops.h"
+#include "models/kernels/ops.h"
 
 namespace tower {
 

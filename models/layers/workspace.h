@@ -1,7 +1,7 @@
 // A reusable per-batch buffer: memory is allocated for the largest shape asked for and reused.
 #pragma once
 
-#include "runtime/base/tensor.h"
+#include "base/tensor/tensor.h"
 
 namespace tower {
 

@@ -1,5 +1,5 @@
 // Checkpoints of a training run: one directory per step, a file per saving rank, a manifest last.
-#include "runtime/checkpoint.h"
+#include "runtime/checkpoint/checkpoint.h"
 
 #include <algorithm>
 #include <atomic>
@@ -10,13 +10,14 @@
 
 #include <fmt/ranges.h>
 
-#include "runtime/base/agree.h"
-#include "runtime/base/error.h"
-#include "runtime/base/gather.h"
-#include "runtime/base/mpi_check.h"
-#include "runtime/base/watched_wait.h"
-#include "runtime/checkpoint_file.h"
-#include "runtime/durable_file.h"
+#include "base/mpi/agree.h"
+#include "base/error.h"
+#include "base/mpi/gather.h"
+#include "base/mpi/mpi_check.h"
+#include "base/watchdog/watched_wait.h"
+#include "runtime/checkpoint/checkpoint_file.h"
+#include "runtime/checkpoint/durable_file.h"
+#include "base/mpi/scalars.h"
 
 namespace tower {
 
@@ -53,17 +54,6 @@ std::vector<std::pair<int64_t, fs::path>> step_dirs(const std::string& dir)
 			out.emplace_back(step_of(e.path()), e.path());
 	std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
 	return out;
-}
-
-void broadcast_string(MPI_Comm comm, std::string& text, int root)
-{
-	auto length = static_cast<int64_t>(text.size());
-	MPI_Request request = MPI_REQUEST_NULL;
-	TOWER_MPI(MPI_Ibcast(&length, 1, MPI_INT64_T, root, comm, &request));
-	wait_request(request, {"checkpoint: broadcast of a listing", comm});
-	text.resize(static_cast<size_t>(length));
-	TOWER_MPI(MPI_Ibcast(text.data(), static_cast<int>(length), MPI_CHAR, root, comm, &request));
-	wait_request(request, {"checkpoint: broadcast of a listing", comm});
 }
 
 nlohmann::json position_json(const TrainingPosition& p)
@@ -156,7 +146,6 @@ Checkpointer::Checkpointer(const Topology& topology, const CheckpointConfig& con
 	if (config_.resume && config_.dir.empty() && config_.resume_path.empty())
 		throw AgreedError("--resume needs --checkpoint-dir DIR (or --resume PATH): where are the checkpoints?");
 }
-
 
 struct Checkpointer::Pending {
 	TrainingPosition position;
@@ -409,8 +398,8 @@ std::optional<TrainingPosition> Checkpointer::restore(int64_t samples_per_update
 	if (topology_.rank() == 0)
 		problem = problem_of([&] { step_dir = choose(&manifest_text); });
 	agree(world, problem);
-	broadcast_string(world, step_dir, 0);
-	broadcast_string(world, manifest_text, 0);
+	broadcast_string(world, step_dir, 0, "checkpoint: broadcast of a listing");
+	broadcast_string(world, manifest_text, 0, "checkpoint: broadcast of a listing");
 	const nlohmann::json manifest = nlohmann::json::parse(manifest_text);
 
 	const auto differences = identity_differences(manifest.at("identity"), config_.identity);

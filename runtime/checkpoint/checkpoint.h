@@ -10,8 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/base/topology.h"
-#include "runtime/strategy.h"
+#include "base/mpi/topology.h"
+#include "runtime/strategies/strategy.h"
 
 namespace tower {
 

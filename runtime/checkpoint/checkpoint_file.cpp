@@ -1,5 +1,5 @@
 // One checkpoint file: named tensors and a JSON metadata object, with CRC32C sums (docs/checkpoints.md).
-#include "runtime/checkpoint_file.h"
+#include "runtime/checkpoint/checkpoint_file.h"
 
 #include <algorithm>
 #include <bit>
@@ -8,8 +8,8 @@
 #include <limits>
 #include <set>
 
-#include "runtime/base/crc32c.h"
-#include "runtime/base/memory.h"
+#include "base/crc32c.h"
+#include "base/tensor/memory.h"
 
 namespace tower {
 

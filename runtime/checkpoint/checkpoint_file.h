@@ -9,8 +9,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "runtime/base/error.h"
-#include "runtime/base/named_tensor.h"
+#include "base/error.h"
+#include "base/tensor/named_tensor.h"
 
 namespace tower {
 

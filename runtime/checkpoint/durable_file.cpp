@@ -1,5 +1,5 @@
 // Files that appear whole or not at all: temporary file, fsync, rename, directory fsync.
-#include "runtime/durable_file.h"
+#include "runtime/checkpoint/durable_file.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -12,7 +12,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include "runtime/base/error.h"
+#include "base/error.h"
 
 namespace tower {
 

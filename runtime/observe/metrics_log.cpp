@@ -1,11 +1,11 @@
 // JSON-lines metrics file: one object per line, complete lines only, renamed into place at the end.
-#include "runtime/metrics_log.h"
+#include "runtime/observe/metrics_log.h"
 
 #include <cerrno>
 #include <cstring>
 #include <utility>
 
-#include "runtime/base/error.h"
+#include "base/error.h"
 
 namespace tower {
 

@@ -1,5 +1,5 @@
 // Rank 0's view of a training run: a live line on a terminal, plain periodic lines otherwise.
-#include "runtime/progress.h"
+#include "runtime/observe/progress.h"
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -1,5 +1,5 @@
 // The run's timeline: Chrome trace events (Perfetto, chrome://tracing), one track per rank.
-#include "runtime/timeline.h"
+#include "runtime/observe/timeline.h"
 
 #include <cerrno>
 #include <chrono>
@@ -12,11 +12,11 @@
 
 #include <fmt/format.h>
 
-#include "runtime/base/agree.h"
-#include "runtime/base/error.h"
-#include "runtime/base/gather.h"
-#include "runtime/base/mpi_check.h"
-#include "runtime/base/watched_wait.h"
+#include "base/mpi/agree.h"
+#include "base/error.h"
+#include "base/mpi/gather.h"
+#include "base/mpi/mpi_check.h"
+#include "base/watchdog/watched_wait.h"
 
 namespace tower::timeline {
 

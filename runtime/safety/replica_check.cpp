@@ -1,14 +1,14 @@
 // Proves the towers hold the same parameters: a 64-bit hash per tensor, compared across ranks.
-#include "runtime/replica_check.h"
+#include "runtime/safety/replica_check.h"
 
 #include <string>
 
-#include "runtime/base/agree.h"
-#include "runtime/base/content_hash.h"
-#include "runtime/base/error.h"
-#include "runtime/base/memory.h"
-#include "runtime/base/mpi_check.h"
-#include "runtime/base/watched_wait.h"
+#include "base/mpi/agree.h"
+#include "base/content_hash.h"
+#include "base/error.h"
+#include "base/tensor/memory.h"
+#include "base/mpi/mpi_check.h"
+#include "base/watchdog/watched_wait.h"
 
 namespace tower {
 

@@ -6,7 +6,7 @@
 
 #include <mpi.h>
 
-#include "runtime/base/named_tensor.h"
+#include "base/tensor/named_tensor.h"
 
 namespace tower {
 

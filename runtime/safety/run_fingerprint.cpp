@@ -1,16 +1,16 @@
 // What must be equal on every rank of a run, as named fields, and the check that it is.
-#include "runtime/run_fingerprint.h"
+#include "runtime/safety/run_fingerprint.h"
 
 #include <fmt/ranges.h>
 
-#include "models/data/fashion_mnist.h"
+#include "data/fashion_mnist.h"
 #include "models/model.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
-#include "runtime/base/collective_debug.h"
-#include "runtime/base/content_hash.h"
-#include "runtime/base/device.h"
-#include "runtime/strategy.h"
+#include "base/watchdog/collective_debug.h"
+#include "base/content_hash.h"
+#include "base/device/device.h"
+#include "runtime/strategies/strategy.h"
 #include "runtime/trainer.h"
 #include "tower_config.h"
 
@@ -63,24 +63,25 @@ void describe(RunFingerprint& f, const ScheduleConfig& s)
 void describe(RunFingerprint& f, const StrategyOptions& s)
 {
 	const ReplicatedOptions& r = s.replicated;
+	const GradientOptions& g = s.gradients;
 	f.add("--strategy", s.name);
 	f.add("--allreduce", all_reduce_mode_name(r.mode));
-	f.add("--reduce", reduce_op_name(r.reduce));
+	f.add("--reduce", reduce_op_name(g.reduce));
 	f.add("--fusion-mb", r.fusion_mb);
 	f.add("--overlap", r.overlap);
 	f.add("--groups", groups_text(r.groups));
 	f.add("all-reduce chunk bytes", r.all_reduce.chunk_bytes);
 	f.add("--deterministic", r.all_reduce.deterministic);
-	f.add("--compress", dtype_name(r.compress));
-	f.add("--loss-scale", loss_scale_name(r.loss_scale));
-	f.add("static loss scale", r.loss_scale.fixed_scale);
-	f.add("--loss-scale-init", r.loss_scale.log2_init);
-	f.add("--loss-scale-inc", r.loss_scale.log2_inc);
-	f.add("--loss-scale-dec", r.loss_scale.log2_dec);
-	f.add("growth loss scale init", r.loss_scale.growth_log2_init);
-	f.add("growth loss scale interval", r.loss_scale.growth_interval);
+	f.add("--compress", dtype_name(g.compress));
+	f.add("--loss-scale", loss_scale_name(g.loss_scale));
+	f.add("static loss scale", g.loss_scale.fixed_scale);
+	f.add("--loss-scale-init", g.loss_scale.log2_init);
+	f.add("--loss-scale-inc", g.loss_scale.log2_inc);
+	f.add("--loss-scale-dec", g.loss_scale.log2_dec);
+	f.add("growth loss scale init", g.loss_scale.growth_log2_init);
+	f.add("growth loss scale interval", g.loss_scale.growth_interval);
 	f.add("--shard-update", r.shard_update);
-	f.add("--inject-nonfinite", fmt::format("{}:{}", r.inject_nonfinite_step + 1, r.inject_nonfinite_rank));
+	f.add("--inject-nonfinite", fmt::format("{}:{}", g.inject_nonfinite_step + 1, g.inject_nonfinite_rank));
 	f.add("--ps-ranks", s.ps_ranks);
 	f.add("--ema-decay", s.ema_decay ? fmt::format("{}", *s.ema_decay) : std::string("none"));
 	f.add("--replicas-to-aggregate", s.replicas_to_aggregate);

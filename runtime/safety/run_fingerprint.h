@@ -17,7 +17,7 @@
 #include <fmt/format.h>
 #include <mpi.h>
 
-#include "runtime/base/agree.h"
+#include "base/mpi/agree.h"
 
 namespace tower {
 

@@ -1,13 +1,13 @@
-// Where the parameter-server strategy keeps each variable: slices of large variables, each placed
-// on the least-loaded owner by bytes.
-#include "runtime/ps_placement.h"
+// Where the strategies with variable owners (parameter-server, async, sync-replicas) keep each
+// variable: slices of large variables, each placed on the least-loaded owner by bytes.
+#include "runtime/strategies/placement.h"
 
 #include <algorithm>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "runtime/base/error.h"
+#include "base/error.h"
 
 namespace tower {
 

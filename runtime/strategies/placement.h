@@ -1,5 +1,5 @@
-// Where the parameter-server strategy keeps each variable: slices of large variables, each placed
-// on the least-loaded owner by bytes.
+// Where the strategies with variable owners (parameter-server, async, sync-replicas) keep each
+// variable: slices of large variables, each placed on the least-loaded owner by bytes.
 #pragma once
 
 #include <cstdint>

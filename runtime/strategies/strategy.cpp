@@ -1,14 +1,14 @@
 // The strategy factory: turns a name and its options into a way of training.
-#include "runtime/strategy.h"
+#include "runtime/strategies/strategy.h"
 
 #include <fmt/ranges.h>
 
-#include "runtime/base/error.h"
-#include "runtime/detached_strategy.h"
-#include "runtime/parameter_server.h"
-#include "runtime/replicated_strategy.h"
-#include "runtime/run_fingerprint.h"
-#include "runtime/variable_averages.h"
+#include "base/error.h"
+#include "runtime/strategies/detached/detached_strategy.h"
+#include "runtime/strategies/parameter_server/parameter_server.h"
+#include "runtime/strategies/replicated/replicated_strategy.h"
+#include "runtime/safety/run_fingerprint.h"
+#include "runtime/strategies/variable_averages.h"
 
 namespace tower {
 
@@ -20,13 +20,19 @@ std::vector<std::string> strategy_names()
 std::unique_ptr<Strategy> make_strategy(const Topology& topology, const Device& device, Model& model,
 					const OptimizerConfig& optimizer, const StrategyOptions& options)
 {
-	// A program that builds a strategy itself gets the same check as the trainer's.
+	// A program that builds a strategy itself gets the check the trainer makes of its whole run.
 	RunFingerprint f;
 	describe(f, options);
 	describe(f, optimizer);
 	describe(f, model, device);
 	describe_build(f);
 	check_run_agreement(topology.world(), f);
+	return build_strategy(topology, device, model, optimizer, options);
+}
+
+std::unique_ptr<Strategy> build_strategy(const Topology& topology, const Device& device, Model& model,
+					 const OptimizerConfig& optimizer, const StrategyOptions& options)
+{
 	if (options.ema_decay)
 		VariableAverages::check_decay(*options.ema_decay);
 	if (options.name == "replicated") {

@@ -5,24 +5,61 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "models/model.h"
+#include "collectives/all_reduce.h"
+#include "collectives/groups.h"
 #include "optim/loss_scale.h"
 #include "optim/optimizer.h"
-#include "runtime/base/named_tensor.h"
-#include "runtime/base/topology.h"
-#include "runtime/replicated_builder.h"
+#include "base/tensor/named_tensor.h"
+#include "base/mpi/topology.h"
 
 namespace tower {
 
+// How every strategy treats a step's gradients: reduction, compression, loss scaling, and fault
+// injection. A strategy refuses the ones it cannot honour, naming the option.
+struct GradientOptions {
+	ReduceOp reduce = ReduceOp::mean; // mean divides by the replicas of the group
+	DType compress = DType::f32;      // f16 or bf16: the gradients travel in that type
+	LossScaleOptions loss_scale;      // none by default
+	// Fault injection for tests and demos: a NaN in one rank's gradient at this step (0-based).
+	int64_t inject_nonfinite_step = -1;
+	int inject_nonfinite_rank = 0;
+};
+
+// The replicated strategy's own options: how its fused all-reduce runs.
+struct ReplicatedOptions {
+	AllReduceMode mode = AllReduceMode::ring;
+	double fusion_mb = 25.0;          // bucket threshold; 0 gives one bucket per gradient
+	bool overlap = true;              // all-reduce a bucket as soon as its gradients are ready
+	GroupAssignment groups;           // empty: all ranks reduce together
+	AllReduceOptions all_reduce;
+	// Where the replicas share a node's memory (CPU towers, hierarchical mode), split the update
+	// across them: see runtime/strategies/replicated/sharded_update.h. The result is the same either way.
+	bool shard_update = true;
+};
+
+// What one training step did on this rank, for the trainer's logs and metrics.
+struct StepStats {
+	ForwardResult forward;        // this rank's loss and correct count
+	double compute_s = 0;         // forward and backward on this rank
+	double allreduce_s = 0;       // time inside all-reduce calls
+	double hidden_fraction = 0;   // the share of all-reduce time that ran during backward
+	size_t allreduce_bytes = 0;   // bytes all-reduced this step, in the type they travel in
+	bool skipped = false;         // a gradient was inf or NaN: no update (on every rank alike)
+	double grad_norm = 0;         // of the reduced, unscaled gradients (inf or NaN when skipped)
+	double loss_scale_log2 = 0;   // the scale the step's loss gradient was multiplied by
+	int micro_batches = 1;        // forward/backward passes that this update sums
+};
+
 struct StrategyOptions {
 	std::string name = "replicated"; // replicated | parameter-server | async | sync-replicas
-	// Reduction, compression, loss scaling and fault injection apply to every strategy; the
-	// all-reduce mode, fusion, overlap, subgroups and the node-sharded update to replicated only.
-	ReplicatedOptions replicated;
+	GradientOptions gradients;       // every strategy
+	ReplicatedOptions replicated;    // replicated only
 	// parameter-server: 0 places the variables on every rank, which also trains; K > 0 makes
 	// ranks 0..K-1 servers that only hold variables and apply updates.
 	int ps_ranks = 0;
@@ -32,7 +69,7 @@ struct StrategyOptions {
 	int replicas_to_aggregate = 0;
 	// async: scale every gradient by 1/workers, the mean a synchronous step would take.
 	bool async_scale = true;
-	// async: scale each gradient down by its staleness as well (runtime/async_strategy.h).
+	// async: scale each gradient down by its staleness as well (runtime/strategies/detached/async_rule.h).
 	bool async_staleness_scale = false;
 	// async: the most updates a gradient may arrive late; workers wait for a token to keep it.
 	// -1 (the default): no bound, the seed's async, where no worker ever waits. 1 lets at most two
@@ -44,6 +81,9 @@ struct StrategyOptions {
 	int inject_delay_rank = -1;
 	double inject_delay_ms = 0;
 };
+
+// The name every strategy gives its step counter among its variables() (i64 [1], host).
+inline constexpr std::string_view step_counter_name = "strategy/global_step";
 
 // The names make_strategy knows, for help texts and errors.
 std::vector<std::string> strategy_names();
@@ -63,9 +103,18 @@ struct StrategyFacts {
 	std::string layout;                 // where the variables live, for people; may be empty
 };
 
+class DetachedStrategy;
+
 class Strategy {
 public:
 	virtual ~Strategy() = default;
+
+	// Lock-step strategies (nullptr here) train in collective step()s the trainer paces; the
+	// detached ones (async, sync-replicas) run their own loop between start() and finish().
+	virtual DetachedStrategy* detached() { return nullptr; }
+	// Empty when this strategy's variables() can be checkpointed and restored; otherwise why not,
+	// for the error a run that asks for checkpoints gets.
+	virtual std::string why_no_checkpoints() const { return {}; }
 
 	// False on a rank that only serves variables: it joins every collective but has no batch.
 	virtual bool is_worker() const { return true; }
@@ -111,7 +160,12 @@ public:
 // Collective over the topology's world: builds `options.name` for `model` (which must outlive
 // it) with an optimizer from `optimizer`. Every rank leaves with the same starting variables.
 // Bad or inapplicable options throw tower::AgreedError naming them (every rank passes the same).
+// Checks first that every rank passes the same options, optimizer, model and build.
 std::unique_ptr<Strategy> make_strategy(const Topology& topology, const Device& device, Model& model,
 					const OptimizerConfig& optimizer, const StrategyOptions& options);
+// make_strategy without the agreement check, for a caller that has checked all of that already
+// (the trainer, whose check covers the whole run).
+std::unique_ptr<Strategy> build_strategy(const Topology& topology, const Device& device, Model& model,
+					 const OptimizerConfig& optimizer, const StrategyOptions& options);
 
 } // namespace tower

@@ -1,8 +1,8 @@
 // Exponential moving averages of variables, kept where their updates are applied.
-#include "runtime/variable_averages.h"
+#include "runtime/strategies/variable_averages.h"
 
-#include "models/ops.h"
-#include "runtime/base/error.h"
+#include "models/kernels/ops.h"
+#include "base/error.h"
 
 namespace tower {
 

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/base/named_tensor.h"
+#include "base/tensor/named_tensor.h"
 
 namespace tower {
 

@@ -6,8 +6,8 @@
 #include <cstdio>
 #include <string>
 
-#include "runtime/base/world.h"
-#include "runtime/timeline.h"
+#include "base/mpi/world.h"
+#include "runtime/observe/timeline.h"
 
 namespace {
 

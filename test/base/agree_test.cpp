@@ -3,9 +3,9 @@
 
 #include <doctest/doctest.h>
 
-#include "runtime/base/agree.h"
-#include "runtime/base/error.h"
-#include "runtime/base/gather.h"
+#include "base/mpi/agree.h"
+#include "base/error.h"
+#include "base/mpi/gather.h"
 #include "test/harness/mpi_main.h"
 
 using tower::test::world;

@@ -1,8 +1,8 @@
 // Tests of device assignment on machines with and without GPUs.
 #include <doctest/doctest.h>
 
-#include "runtime/base/device.h"
-#include "runtime/base/error.h"
+#include "base/device/device.h"
+#include "base/error.h"
 #include "test/harness/mpi_main.h"
 
 using namespace tower;

@@ -1,8 +1,8 @@
 // Tests of the topology: real and simulated nodes, and the divisor error.
 #include <doctest/doctest.h>
 
-#include "runtime/base/error.h"
-#include "runtime/base/topology.h"
+#include "base/error.h"
+#include "base/mpi/topology.h"
 #include "test/harness/mpi_main.h"
 
 using tower::Topology;

@@ -10,7 +10,7 @@
 #include "collectives/all_reduce_hierarchical.h"
 #include "collectives/bucket_plan.h"
 #include "collectives/pack.h"
-#include "runtime/base/error.h"
+#include "base/error.h"
 #include "test/collectives/check_data.h"
 #include "test/harness/mpi_main.h"
 
@@ -491,7 +491,6 @@ TEST_CASE("a registered send buffer with an ordinary receive buffer reduces thro
 	all_reduce->deallocate(recv_registered);
 	all_reduce->deallocate(send);
 }
-
 
 TEST_CASE("integer mean through the hierarchical path is exact and truncates toward zero")
 {

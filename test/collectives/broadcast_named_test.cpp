@@ -2,7 +2,7 @@
 #include <doctest/doctest.h>
 
 #include "collectives/broadcast_named.h"
-#include "runtime/base/error.h"
+#include "base/error.h"
 #include "test/harness/mpi_main.h"
 
 using namespace tower;

@@ -6,8 +6,8 @@
 #include "collectives/all_reduce.h"
 #include "collectives/bucket_plan.h"
 #include "collectives/pack.h"
-#include "runtime/base/error.h"
-#include "runtime/base/half.h"
+#include "base/error.h"
+#include "base/tensor/half.h"
 #include "test/harness/mpi_main.h"
 
 using namespace tower;

@@ -6,8 +6,8 @@
 #include <vector>
 
 #include "collectives/reduce_op.h"
-#include "runtime/base/dtype.h"
-#include "runtime/base/element.h"
+#include "base/tensor/dtype.h"
+#include "base/tensor/element.h"
 
 namespace tower::test {
 

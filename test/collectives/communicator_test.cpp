@@ -4,10 +4,10 @@
 #include <numeric>
 
 #include "collectives/communicator.h"
-#include "runtime/base/half.h"
-#include "runtime/base/error.h"
-#include "runtime/base/gpu_runtime.h"
-#include "runtime/base/memory.h"
+#include "base/tensor/half.h"
+#include "base/error.h"
+#include "base/device/gpu_runtime.h"
+#include "base/tensor/memory.h"
 #include "tower_config.h"
 #include "test/collectives/check_data.h"
 #include "test/harness/mpi_main.h"

@@ -11,7 +11,7 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
-#include "runtime/base/half.h"
+#include "base/tensor/half.h"
 
 using namespace tower;
 

@@ -3,8 +3,8 @@
 
 #include <doctest/doctest.h>
 
-#include "models/data/batch_assembler.h"
-#include "runtime/base/error.h"
+#include "data/batch_assembler.h"
+#include "base/error.h"
 #include "test/harness/mpi_main.h"
 
 using namespace tower;

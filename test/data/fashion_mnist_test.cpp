@@ -5,8 +5,8 @@
 
 #include <doctest/doctest.h>
 
-#include "models/data/fashion_mnist.h"
-#include "runtime/base/error.h"
+#include "data/fashion_mnist.h"
+#include "base/error.h"
 #include "test/data/idx_fixture.h"
 #include "test/harness/mpi_main.h"
 

@@ -5,9 +5,9 @@
 
 #include <doctest/doctest.h>
 
-#include "models/data/idx_file.h"
-#include "runtime/base/memory_host.h"
-#include "runtime/base/error.h"
+#include "data/idx_file.h"
+#include "base/tensor/memory_host.h"
+#include "base/error.h"
 #include "test/data/idx_fixture.h"
 #include "test/harness/mpi_main.h"
 

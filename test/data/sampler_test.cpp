@@ -5,10 +5,10 @@
 
 #include <doctest/doctest.h>
 
-#include "models/data/sampler.h"
-#include "models/data/shuffle.h"
-#include "runtime/base/error.h"
-#include "runtime/base/mpi_check.h"
+#include "data/sampler.h"
+#include "data/shuffle.h"
+#include "base/error.h"
+#include "base/mpi/mpi_check.h"
 #include "test/harness/mpi_main.h"
 
 using namespace tower;

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "cli/bench.h"
-#include "runtime/base/error.h"
+#include "base/error.h"
 
 namespace {
 

@@ -5,8 +5,8 @@
 #include <span>
 #include <vector>
 
-#include "runtime/base/error.h"
-#include "runtime/checkpoint_file.h"
+#include "base/error.h"
+#include "runtime/checkpoint/checkpoint_file.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size)
 {

@@ -6,7 +6,7 @@
 
 #include "cli/train_options.h"
 #include "collectives/groups.h"
-#include "runtime/base/error.h"
+#include "base/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size)
 {

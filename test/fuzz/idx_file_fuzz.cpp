@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <string>
 
-#include "models/data/idx_file.h"
-#include "runtime/base/error.h"
+#include "data/idx_file.h"
+#include "base/error.h"
 
 namespace {
 

@@ -4,7 +4,7 @@
 #include <string>
 
 #include "cli/train_options.h"
-#include "runtime/base/error.h"
+#include "base/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size)
 {

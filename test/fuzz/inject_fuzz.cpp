@@ -4,7 +4,7 @@
 #include <string>
 
 #include "cli/train_options.h"
-#include "runtime/base/error.h"
+#include "base/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size)
 {
@@ -12,7 +12,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size)
 		return 0;
 	const int world_size = 1 + data[0] % 8;
 	const std::string text(reinterpret_cast<const char*>(data + 1), size - 1);
-	tower::ReplicatedOptions o;
+	tower::GradientOptions o;
 	try {
 		tower::cli::parse_injection(text, world_size, &o);
 		// Accepted: a step counted from 0 and a rank of this job.

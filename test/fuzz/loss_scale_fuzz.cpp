@@ -5,7 +5,7 @@
 #include <string_view>
 
 #include "optim/loss_scale.h"
-#include "runtime/base/error.h"
+#include "base/error.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size)
 {

@@ -10,10 +10,10 @@
 #include "models/model_factory.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
-#include "runtime/base/device.h"
-#include "runtime/base/dtype.h"
-#include "runtime/base/error.h"
-#include "runtime/base/topology.h"
+#include "base/device/device.h"
+#include "base/tensor/dtype.h"
+#include "base/error.h"
+#include "base/mpi/topology.h"
 
 namespace {
 

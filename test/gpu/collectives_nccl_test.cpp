@@ -12,7 +12,7 @@
 #include "collectives/bucket_plan.h"
 #include "collectives/communicator.h"
 #include "collectives/pack.h"
-#include "runtime/base/memory.h"
+#include "base/tensor/memory.h"
 #include "test/gpu/gpu_device.h"
 #include "test/gpu/slow_kernel.h"
 #include "test/harness/mpi_main.h"

@@ -6,9 +6,9 @@
 
 #include <cuda_runtime.h>
 
-#include "runtime/base/device.h"
-#include "runtime/base/memory.h"
-#include "runtime/base/tensor.h"
+#include "base/device/device.h"
+#include "base/tensor/memory.h"
+#include "base/tensor/tensor.h"
 #include "test/gpu/slow_kernel.h"
 #include "test/harness/mpi_main.h"
 

@@ -14,11 +14,11 @@
 #include "collectives/all_reduce.h"
 #include "collectives/bucket_plan.h"
 #include "collectives/pack.h"
-#include "models/ops.h"
-#include "runtime/base/cuda_check.h"
-#include "runtime/base/device.h"
-#include "runtime/base/memory.h"
-#include "runtime/base/world.h"
+#include "models/kernels/ops.h"
+#include "base/device/cuda_check.h"
+#include "base/device/device.h"
+#include "base/tensor/memory.h"
+#include "base/mpi/world.h"
 
 using namespace tower;
 

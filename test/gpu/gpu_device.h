@@ -1,7 +1,7 @@
 // The CUDA device of this rank, for GPU tests (which run only when every rank sees a GPU).
 #pragma once
 
-#include "runtime/base/device.h"
+#include "base/device/device.h"
 #include "test/harness/mpi_main.h"
 
 namespace tower::test {

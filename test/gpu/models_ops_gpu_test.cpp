@@ -14,8 +14,8 @@
 #include "models/layers/maxpool2d.h"
 #include "models/layers/relu.h"
 #include "models/model_factory.h"
-#include "models/ops.h"
-#include "runtime/base/device.h"
+#include "models/kernels/ops.h"
+#include "base/device/device.h"
 #include "test/gpu/gpu_device.h"
 #include "test/harness/mpi_main.h"
 

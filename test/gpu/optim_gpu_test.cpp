@@ -7,8 +7,8 @@
 
 #include "optim/optimizer.h"
 #include "optim/step_counter.h"
-#include "runtime/base/device.h"
-#include "runtime/base/memory.h"
+#include "base/device/device.h"
+#include "base/tensor/memory.h"
 #include "test/harness/mpi_main.h"
 
 using namespace tower;

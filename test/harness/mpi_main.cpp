@@ -12,8 +12,8 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
-#include "runtime/base/agree.h"
-#include "runtime/base/gpu_runtime.h"
+#include "base/mpi/agree.h"
+#include "base/device/gpu_runtime.h"
 
 namespace tower::test {
 

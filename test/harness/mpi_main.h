@@ -1,8 +1,8 @@
 // The MPI-aware doctest entry point shared by every test binary.
 #pragma once
 
-#include "runtime/base/topology.h"
-#include "runtime/base/world.h"
+#include "base/mpi/topology.h"
+#include "base/mpi/world.h"
 
 namespace tower::test {
 

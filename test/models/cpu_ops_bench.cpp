@@ -7,11 +7,11 @@
 
 #include <CLI/CLI.hpp>
 
-#include "models/cpu/cpu_threads.h"
-#include "models/cpu/dnnl_cpu.h"
+#include "models/kernels/cpu/cpu_threads.h"
+#include "models/kernels/cpu/dnnl_cpu.h"
 #include "models/init.h"
 #include "models/model_factory.h"
-#include "models/ops.h"
+#include "models/kernels/ops.h"
 
 using namespace tower;
 

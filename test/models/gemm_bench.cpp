@@ -8,10 +8,10 @@
 
 #include <CLI/CLI.hpp>
 
-#include "models/cpu/cpu_threads.h"
+#include "models/kernels/cpu/cpu_threads.h"
 #include "models/init.h"
 #include "models/model_factory.h"
-#include "models/ops.h"
+#include "models/kernels/ops.h"
 
 using namespace tower;
 

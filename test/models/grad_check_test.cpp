@@ -207,7 +207,7 @@ TEST_CASE("accumulate adds into the gradients, which may be rebound to a fused b
 		once.push_back(p->grad.to_host_f32());
 		total += p->grad.numel();
 	}
-	// Rebind every gradient into one buffer, as the replicated-mode builder does.
+	// Rebind every gradient into one buffer, as the replicated engine does.
 	Tensor fused = Tensor::zeros({total}, DType::f32, Device{});
 	int64_t offset = 0;
 	for (Parameter* p : params) {

@@ -5,8 +5,8 @@
 #include <limits>
 
 #include "models/init.h"
-#include "models/ops.h"
-#include "runtime/base/error.h"
+#include "models/kernels/ops.h"
+#include "base/error.h"
 #include "test/harness/mpi_main.h"
 
 using namespace tower;

@@ -8,8 +8,8 @@
 
 #include "models/init.h"
 #include "models/model_factory.h"
-#include "models/ops.h"
-#include "runtime/base/error.h"
+#include "models/kernels/ops.h"
+#include "base/error.h"
 #include "test/harness/mpi_main.h"
 
 using namespace tower;

@@ -3,12 +3,12 @@
 
 #include <cmath>
 
-#include "models/cpu/cpu_threads.h"
-#include "models/cpu/dnnl_cpu.h"
+#include "models/kernels/cpu/cpu_threads.h"
+#include "models/kernels/cpu/dnnl_cpu.h"
 #include "models/init.h"
 #include "models/layers/workspace.h"
-#include "models/ops.h"
-#include "runtime/base/error.h"
+#include "models/kernels/ops.h"
+#include "base/error.h"
 #include "test/harness/mpi_main.h"
 #include "test/models/reference.h"
 #include "tower_config.h"

@@ -7,7 +7,7 @@
 
 #include <doctest/doctest.h>
 
-#include "runtime/base/tensor.h"
+#include "base/tensor/tensor.h"
 
 namespace tower::test {
 

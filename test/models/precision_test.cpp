@@ -6,7 +6,7 @@
 #include <functional>
 #include <memory>
 
-#include "runtime/base/half.h"
+#include "base/tensor/half.h"
 #include "models/init.h"
 #include "models/layers/conv2d.h"
 #include "models/layers/flatten.h"
@@ -14,8 +14,8 @@
 #include "models/layers/maxpool2d.h"
 #include "models/layers/relu.h"
 #include "models/model_factory.h"
-#include "models/ops.h"
-#include "runtime/base/error.h"
+#include "models/kernels/ops.h"
+#include "base/error.h"
 #include "test/harness/mpi_main.h"
 #include "test/models/precision_checks.h"
 
@@ -275,7 +275,7 @@ TEST_CASE("a few SGD steps in f16 and bf16 lower the loss")
 			ModelConfig c{name, 32, 1, 4}; // models_test's f32 training run
 			c.precision = t;
 			auto m = make_model(c, Device{});
-			const float s = 256.0f; // scaled, then un-scaled in the update, as the builder does
+			const float s = 256.0f; // scaled, then un-scaled in the update, as the engine does
 			const float first = m->forward(batch.images, batch.labels).loss;
 			float last = first;
 			for (int step = 0; step < 15; ++step) {

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "optim/loss_scale.h"
-#include "runtime/base/error.h"
+#include "base/error.h"
 
 using namespace tower;
 

@@ -8,7 +8,7 @@
 
 #include "optim/optimizer.h"
 #include "optim/step_counter.h"
-#include "runtime/base/error.h"
+#include "base/error.h"
 #include "test/harness/mpi_main.h"
 
 using namespace tower;

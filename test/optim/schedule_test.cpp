@@ -6,7 +6,7 @@
 #include <doctest/doctest.h>
 
 #include "optim/schedule.h"
-#include "runtime/base/error.h"
+#include "base/error.h"
 #include "test/harness/mpi_main.h"
 
 using namespace tower;

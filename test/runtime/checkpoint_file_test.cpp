@@ -6,8 +6,8 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/base/crc32c.h"
-#include "runtime/checkpoint_file.h"
+#include "base/crc32c.h"
+#include "runtime/checkpoint/checkpoint_file.h"
 
 using namespace tower;
 

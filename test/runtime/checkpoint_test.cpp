@@ -11,8 +11,8 @@
 #include <unistd.h>
 
 #include "models/model_factory.h"
-#include "runtime/base/crc32c.h"
-#include "runtime/base/mpi_check.h"
+#include "base/crc32c.h"
+#include "base/mpi/mpi_check.h"
 #include "runtime/trainer.h"
 #include "test/harness/mpi_main.h"
 #include "test/runtime/training_fixture.h"
@@ -43,7 +43,7 @@ TrainerConfig config(const StrategyOptions& strategy, const std::string& dir)
 	c.schedule.base_lr = 0.01f;
 	c.strategy = strategy;
 	c.strategy.ema_decay = 0.9;
-	c.strategy.replicated.loss_scale = parse_loss_scale("dynamic");
+	c.strategy.gradients.loss_scale = parse_loss_scale("dynamic");
 	c.epochs = 1;
 	c.batch = 4;
 	c.accumulate = 2;

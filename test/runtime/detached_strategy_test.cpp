@@ -7,13 +7,13 @@
 #include <cmath>
 #include <functional>
 
-#include "models/data/batch_assembler.h"
-#include "models/data/sampler.h"
+#include "data/batch_assembler.h"
+#include "data/sampler.h"
 #include "models/model_factory.h"
-#include "runtime/base/error.h"
-#include "runtime/base/mpi_check.h"
-#include "runtime/async_strategy.h"
-#include "runtime/detached_strategy.h"
+#include "base/error.h"
+#include "base/mpi/mpi_check.h"
+#include "runtime/strategies/detached/async_rule.h"
+#include "runtime/strategies/detached/detached_strategy.h"
 #include "test/harness/mpi_main.h"
 #include "test/runtime/training_fixture.h"
 
@@ -458,6 +458,6 @@ TEST_CASE("the detached strategies' option errors are errors on every rank")
 	CHECK_THROWS_WITH_AS(run_detached(options("async", 0, 2), sgd, 1), doctest::Contains("sync-replicas"),
 			     AgreedError);
 	StrategyOptions compressed = options("async");
-	compressed.replicated.compress = DType::f16;
+	compressed.gradients.compress = DType::f16;
 	CHECK_THROWS_WITH_AS(run_detached(compressed, sgd, 1), doctest::Contains("--compress"), AgreedError);
 }

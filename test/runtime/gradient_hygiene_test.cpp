@@ -1,11 +1,11 @@
-// Gradient hygiene in the builder: non-finite skips, loss scaling, accumulation, sum/mean, subgroups.
+// Gradient hygiene in the engine: non-finite skips, loss scaling, accumulation, sum/mean, subgroups.
 #include <cmath>
 #include <numeric>
 
 #include <doctest/doctest.h>
 
-#include "models/data/batch_assembler.h"
-#include "runtime/base/mpi_check.h"
+#include "data/batch_assembler.h"
+#include "base/mpi/mpi_check.h"
 #include "test/harness/mpi_main.h"
 #include "test/runtime/reference_mlp.h"
 #include "test/runtime/training_fixture.h"
@@ -17,10 +17,10 @@ using tower::test::world;
 
 namespace {
 
-std::vector<std::vector<float>> values(const ReplicatedBuilder& builder)
+std::vector<std::vector<float>> values(const ReplicatedEngine& engine)
 {
 	std::vector<std::vector<float>> out;
-	for (const auto& t : builder.parameter_tensors())
+	for (const auto& t : engine.parameter_tensors())
 		out.push_back(t.tensor.to_host_f32());
 	return out;
 }
@@ -66,7 +66,7 @@ TEST_CASE("a NaN on one rank makes every rank skip that step, lower the scale, a
 		spec.options.inject_nonfinite_rank = world().size() - 1;
 		std::vector<std::vector<float>> before;
 		std::vector<StepStats> seen;
-		spec.after_step = [&](const ReplicatedBuilder& b, const StepStats& s, int step) {
+		spec.after_step = [&](const ReplicatedEngine& b, const StepStats& s, int step) {
 			seen.push_back(s);
 			if (step == bad_step - 1)
 				before = values(b);
@@ -103,7 +103,7 @@ TEST_CASE("a static loss scale in f32 changes nothing but the scale")
 	const Trained plain = tower::test::run_training(topology, spec, data());
 	spec.options.loss_scale = parse_loss_scale("static:1024");
 	int steps = 0;
-	spec.after_step = [&](const ReplicatedBuilder& b, const StepStats& s, int) {
+	spec.after_step = [&](const ReplicatedEngine& b, const StepStats& s, int) {
 		CHECK(s.loss_scale_log2 == 10.0);
 		CHECK(b.loss_scaler().scale() == 1024.0f);
 		CHECK_FALSE(s.skipped);
@@ -122,7 +122,7 @@ TEST_CASE("a static loss scale reaches the loss gradient: 2^20 overflows f16 and
 	spec.steps = 4;
 	spec.model.precision = DType::f16;
 	std::vector<bool> skipped;
-	spec.after_step = [&](const ReplicatedBuilder&, const StepStats& s, int) { skipped.push_back(s.skipped); };
+	spec.after_step = [&](const ReplicatedEngine&, const StepStats& s, int) { skipped.push_back(s.skipped); };
 	const Topology topology(world().comm(), std::nullopt);
 	tower::test::run_training(topology, spec, data());
 	CHECK(skipped == std::vector<bool>(4, false)); // unscaled, f16 trains
@@ -203,7 +203,7 @@ TEST_CASE("gradients compressed to bf16 or f16 in transit train like f32, move h
 		spec.steps = 30;
 		spec.options.mode = parse_all_reduce_mode(mode);
 		size_t gradient_bytes = 0;
-		spec.after_step = [&](const ReplicatedBuilder& b, const StepStats& s, int) {
+		spec.after_step = [&](const ReplicatedEngine& b, const StepStats& s, int) {
 			gradient_bytes = b.bytes_per_step();
 			CHECK(gradient_bytes >= parameter_bytes); // f32, padding included
 			CHECK(b.bytes_moved_per_step() == gradient_bytes);
@@ -216,7 +216,7 @@ TEST_CASE("gradients compressed to bf16 or f16 in transit train like f32, move h
 		for (DType low : {DType::bf16, DType::f16}) {
 			CAPTURE(dtype_name(low));
 			spec.options.compress = low;
-			spec.after_step = [&](const ReplicatedBuilder& b, const StepStats& s, int) {
+			spec.after_step = [&](const ReplicatedEngine& b, const StepStats& s, int) {
 				CHECK(b.bytes_per_step() == gradient_bytes);
 				CHECK(b.bytes_moved_per_step() == gradient_bytes / 2);
 				CHECK(s.allreduce_bytes == gradient_bytes / 2);
@@ -249,13 +249,13 @@ TEST_CASE("grad_norm is the norm of the reduced, unscaled gradient, sharded or n
 			INFO("loss scale := ", std::string(scale));
 			auto model = make_model({"mlp", 16, 1, 3}, cpu);
 			auto optimizer = make_optimizer({}, model->parameters());
-			ReplicatedOptions options;
+			ReplicatedEngineOptions options;
 			options.mode = parse_all_reduce_mode(mode);
 			options.fusion_mb = 0.01;
 			options.loss_scale = parse_loss_scale(scale); // the norm is of the unscaled gradient
 			const Topology topology(world().comm(), std::nullopt);
-			ReplicatedBuilder builder(topology, cpu, *model, *optimizer, options);
-			CHECK(builder.update_is_sharded() == (std::string(mode) == "hierarchical" && world().size() > 1));
+			ReplicatedEngine engine(topology, cpu, *model, *optimizer, options);
+			CHECK(engine.update_is_sharded() == (std::string(mode) == "hierarchical" && world().size() > 1));
 			BatchAssembler assembler(data(), 8, cpu);
 			for (int64_t step = 0; step < 3; ++step) {
 				CAPTURE(step);
@@ -277,7 +277,7 @@ TEST_CASE("grad_norm is the norm of the reduced, unscaled gradient, sharded or n
 				double squares = 0;
 				for (double g : flat)
 					squares += (g / world().size()) * (g / world().size());
-				const StepStats stats = builder.step(b.images, b.labels, 0.1f);
+				const StepStats stats = engine.step(b.images, b.labels, 0.1f);
 				CHECK(stats.grad_norm == doctest::Approx(std::sqrt(squares)).epsilon(1e-5));
 			}
 		}

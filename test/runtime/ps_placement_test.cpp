@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "runtime/ps_placement.h"
+#include "runtime/strategies/placement.h"
 
 using namespace tower;
 

@@ -7,11 +7,11 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
-#include "models/data/batch_assembler.h"
+#include "data/batch_assembler.h"
 #include "models/model_factory.h"
 #include "optim/optimizer.h"
-#include "runtime/base/error.h"
-#include "runtime/replicated_builder.h"
+#include "base/error.h"
+#include "runtime/strategies/replicated/replicated_engine.h"
 #include "test/harness/mpi_main.h"
 #include "test/runtime/reference_mlp.h"
 #include "test/runtime/training_fixture.h"
@@ -37,7 +37,7 @@ void check_matches_one_rank(RunSpec spec, std::optional<int> ranks_per_node)
 {
 	const Dataset data = tower::test::synthetic_dataset(1200);
 	std::vector<float> losses;
-	spec.after_step = [&](const ReplicatedBuilder&, const StepStats& s, int) { losses.push_back(s.forward.loss); };
+	spec.after_step = [&](const ReplicatedEngine&, const StepStats& s, int) { losses.push_back(s.forward.loss); };
 	spec.batch = per_rank_batch;
 	const Topology topology(world().comm(), ranks_per_node);
 	const Trained many = tower::test::run_training(topology, spec, data);
@@ -57,7 +57,7 @@ void check_matches_one_rank(RunSpec spec, std::optional<int> ranks_per_node)
 	CHECK(mean_of(losses, losses.size() - 5, 5) < 0.5 * mean_of(losses, 0, 5));
 }
 
-void check_matches_one_rank(const ReplicatedOptions& options, std::optional<int> ranks_per_node)
+void check_matches_one_rank(const ReplicatedEngineOptions& options, std::optional<int> ranks_per_node)
 {
 	RunSpec spec;
 	spec.options = options;
@@ -100,7 +100,7 @@ TEST_CASE("N ranks match one rank at the same global batch, every mode, overlap 
 		for (bool overlap : {true, false}) {
 			INFO("mode := ", std::string(mode));
 			CAPTURE(overlap);
-			ReplicatedOptions o;
+			ReplicatedEngineOptions o;
 			o.mode = parse_all_reduce_mode(mode);
 			o.overlap = overlap;
 			o.fusion_mb = 0.01; // several buckets even for this small model
@@ -112,7 +112,7 @@ TEST_CASE("hierarchical training on simulated nodes of 2 matches one rank")
 {
 	if (world().size() % 2 != 0)
 		return;
-	ReplicatedOptions o;
+	ReplicatedEngineOptions o;
 	o.mode = AllReduceMode::hierarchical;
 	check_matches_one_rank(o, 2);
 }
@@ -126,7 +126,7 @@ TEST_CASE("a rank with a different model is an error on every rank, not a hang")
 	auto model = make_model({"mlp", odd_one ? 16 : 32, 1, 7}, cpu);
 	auto optimizer = make_optimizer({}, model->parameters());
 	const Topology topology(world().comm(), std::nullopt);
-	CHECK_THROWS_WITH_AS(ReplicatedBuilder(topology, cpu, *model, *optimizer, {}),
+	CHECK_THROWS_WITH_AS(ReplicatedEngine(topology, cpu, *model, *optimizer, {}),
 			     doctest::Contains("gradient list"), AgreedError);
 }
 
@@ -144,8 +144,8 @@ TEST_CASE("after construction every rank holds rank 0's parameters and optimizer
 									      static_cast<float>(world().rank() + 1)),
 							     s.tensor.shape(), cpu));
 	const Topology topology(world().comm(), std::nullopt);
-	ReplicatedBuilder builder(topology, cpu, *model, *optimizer, {});
-	CHECK_NOTHROW(builder.check_replicas());
+	ReplicatedEngine engine(topology, cpu, *model, *optimizer, {});
+	CHECK_NOTHROW(engine.check_replicas());
 	const auto mine = model->parameters();
 	const auto theirs = reference->parameters();
 	for (size_t i = 0; i < mine.size(); ++i)
@@ -165,7 +165,7 @@ TEST_CASE("with fusion_mb 0 every gradient gets a bucket of its own, and N ranks
 	const size_t tensors = make_model(spec.model, cpu)->parameters().size();
 	const Dataset data = tower::test::synthetic_dataset(64);
 	spec.steps = 1;
-	spec.after_step = [&](const ReplicatedBuilder& b, const StepStats&, int) {
+	spec.after_step = [&](const ReplicatedEngine& b, const StepStats&, int) {
 		REQUIRE(b.plan().buckets.size() == tensors);
 		for (const Bucket& bucket : b.plan().buckets)
 			CHECK(bucket.members.size() == 1);
@@ -180,25 +180,25 @@ TEST_CASE("with fusion_mb 0 every gradient gets a bucket of its own, and N ranks
 	check_matches_one_rank(train, std::nullopt);
 }
 
-TEST_CASE("bad builder options are an error on every rank that names the option and the fix")
+TEST_CASE("bad engine options are an error on every rank that names the option and the fix")
 {
 	const Device cpu;
 	auto model = make_model({"mlp", 16, 1, 7}, cpu);
 	auto optimizer = make_optimizer({}, model->parameters());
 	const Topology topology(world().comm(), std::nullopt);
-	ReplicatedOptions o;
+	ReplicatedEngineOptions o;
 	o.compress = DType::i32;
-	CHECK_THROWS_WITH_AS(ReplicatedBuilder(topology, cpu, *model, *optimizer, o),
+	CHECK_THROWS_WITH_AS(ReplicatedEngine(topology, cpu, *model, *optimizer, o),
 			     "--compress i32: gradients travel as f32 (none), f16 or bf16", AgreedError);
 	o = {};
 	o.fusion_mb = -1;
-	CHECK_THROWS_WITH_AS(ReplicatedBuilder(topology, cpu, *model, *optimizer, o),
+	CHECK_THROWS_WITH_AS(ReplicatedEngine(topology, cpu, *model, *optimizer, o),
 			     "--fusion-mb -1 is negative; use 0 to disable fusion or a size in MiB", AgreedError);
 }
 
 TEST_CASE("one rank's step is the float64 forward, backward and momentum update written out here")
 {
-	// Every other test compares the builder with itself at another rank count; this one
+	// Every other test compares the engine with itself at another rank count; this one
 	// compares it with the model's definition: x W^T + b, ReLU, mean softmax cross-entropy,
 	// buf = 0.9 buf + g, p -= lr buf.
 	const Device cpu;
@@ -215,14 +215,14 @@ TEST_CASE("one rank's step is the float64 forward, backward and momentum update 
 		momentum.momentum = 0.9f;
 		auto optimizer = make_optimizer(momentum, model->parameters());
 		const Topology alone(MPI_COMM_SELF, std::nullopt);
-		ReplicatedBuilder builder(alone, cpu, *model, *optimizer, {});
+		ReplicatedEngine engine(alone, cpu, *model, *optimizer, {});
 		BatchAssembler assembler(data, batch, cpu);
 		for (int64_t s = 0; s < 8; ++s) {
 			CAPTURE(s);
 			const auto indices = consecutive(s * batch, batch);
 			const Batch& b = assembler.assemble(indices);
 			const auto expected = reference.forward_backward(b.images.to_host_f32(), labels_of(data, indices));
-			const StepStats stats = builder.step(b.images, b.labels, lr);
+			const StepStats stats = engine.step(b.images, b.labels, lr);
 			CHECK(stats.forward.loss == doctest::Approx(expected.loss).epsilon(1e-5));
 			CHECK(stats.forward.correct == expected.correct);
 			double squares = 0;
@@ -250,11 +250,11 @@ TEST_CASE("evaluate returns the batch's loss and correct count and changes no pa
 	auto model = make_model({"mlp", 16, 1, 5}, cpu);
 	auto optimizer = make_optimizer({}, model->parameters());
 	const Topology topology(world().comm(), std::nullopt);
-	ReplicatedBuilder builder(topology, cpu, *model, *optimizer, {});
+	ReplicatedEngine engine(topology, cpu, *model, *optimizer, {});
 	BatchAssembler assembler(data, 16, cpu);
 	for (int64_t s = 0; s < 3; ++s) {
 		const Batch& b = assembler.assemble(consecutive(16 * (s * world().size() + world().rank()), 16));
-		builder.step(b.images, b.labels, 0.1f);
+		engine.step(b.images, b.labels, 0.1f);
 	}
 	const auto values = tower::test::parameter_values(*model);
 	std::vector<std::vector<float>> gradients;
@@ -263,7 +263,7 @@ TEST_CASE("evaluate returns the batch's loss and correct count and changes no pa
 
 	const auto indices = consecutive(200, 16);
 	const Batch& b = assembler.assemble(indices);
-	const ForwardResult result = builder.evaluate(b.images, b.labels);
+	const ForwardResult result = engine.evaluate(b.images, b.labels);
 	const auto expected = tower::test::reference_mlp_from(values, 784)
 				      .forward_backward(b.images.to_host_f32(), labels_of(data, indices));
 	CHECK(result.loss == doctest::Approx(expected.loss).epsilon(1e-5));
@@ -283,8 +283,8 @@ TEST_CASE("a rank whose parameters differ makes check_replicas fail on every ran
 	auto model = make_model({"mlp", 16, 1, 7}, cpu);
 	auto optimizer = make_optimizer({}, model->parameters());
 	const Topology topology(world().comm(), std::nullopt);
-	ReplicatedBuilder builder(topology, cpu, *model, *optimizer, {});
-	CHECK_NOTHROW(builder.check_replicas());
+	ReplicatedEngine engine(topology, cpu, *model, *optimizer, {});
+	CHECK_NOTHROW(engine.check_replicas());
 	// The second tensor, so naming merely the first would be wrong.
 	const int odd_one = world().size() - 1;
 	Parameter& bias = *model->parameters().at(1);
@@ -294,7 +294,7 @@ TEST_CASE("a rank whose parameters differ makes check_replicas fail on every ran
 		v[3] += 1.0f;
 		bias.value.copy_from(Tensor::from_host(v, bias.value.shape(), cpu));
 	}
-	CHECK_THROWS_WITH_AS(builder.check_replicas(),
+	CHECK_THROWS_WITH_AS(engine.check_replicas(),
 			     fmt::format("rank {}: parameters differ from rank 0's, first in 'fc1.bias'", odd_one).c_str(),
 			     AgreedError);
 }
@@ -305,29 +305,29 @@ TEST_CASE("ranks that start with different loss-scale state all take rank 0's")
 	auto model = make_model({"mlp", 16, 1, 7}, cpu);
 	auto optimizer = make_optimizer({}, model->parameters());
 	const Topology topology(world().comm(), std::nullopt);
-	ReplicatedOptions o;
+	ReplicatedEngineOptions o;
 	o.loss_scale = parse_loss_scale("dynamic");
 	o.loss_scale.log2_init = 10.0 + world().rank();
-	ReplicatedBuilder builder(topology, cpu, *model, *optimizer, o);
-	CHECK(builder.loss_scaler().log2_scale() == 10.0);
+	ReplicatedEngine engine(topology, cpu, *model, *optimizer, o);
+	CHECK(engine.loss_scaler().log2_scale() == 10.0);
 	const Dataset data = tower::test::synthetic_dataset(64);
 	BatchAssembler assembler(data, 8, cpu);
 	const Batch& b = assembler.assemble(consecutive(8 * world().rank(), 8));
-	const StepStats stats = builder.step(b.images, b.labels, 0.05f);
+	const StepStats stats = engine.step(b.images, b.labels, 0.05f);
 	CHECK_FALSE(stats.skipped);
 	CHECK(stats.loss_scale_log2 == 10.0);
-	CHECK(builder.loss_scaler().log2_scale() == static_cast<double>(static_cast<float>(10.0 + 0.0005)));
-	CHECK_NOTHROW(builder.check_replicas());
+	CHECK(engine.loss_scaler().log2_scale() == static_cast<double>(static_cast<float>(10.0 + 0.0005)));
+	CHECK_NOTHROW(engine.check_replicas());
 }
 
-TEST_CASE("the builder gives the gradients memory of their own when it goes, and drops them while an exception unwinds")
+TEST_CASE("the engine gives the gradients memory of their own when it goes, and drops them while an exception unwinds")
 {
 	const Device cpu;
 	const Topology topology(world().comm(), std::nullopt);
 	auto model = make_model({"mlp", 16, 1, 7}, cpu);
 	auto optimizer = make_optimizer({}, model->parameters());
 	{
-		ReplicatedBuilder builder(topology, cpu, *model, *optimizer, ReplicatedOptions{});
+		ReplicatedEngine engine(topology, cpu, *model, *optimizer, ReplicatedEngineOptions{});
 	}
 	for (const Parameter* p : model->parameters()) {
 		CAPTURE(p->name);
@@ -337,7 +337,7 @@ TEST_CASE("the builder gives the gradients memory of their own when it goes, and
 	// Unwinding, the copies are not attempted: after a CUDA error they would throw a second
 	// exception from a destructor, which ends the program without the first one's message.
 	try {
-		ReplicatedBuilder builder(topology, cpu, *model, *optimizer, ReplicatedOptions{});
+		ReplicatedEngine engine(topology, cpu, *model, *optimizer, ReplicatedEngineOptions{});
 		throw std::runtime_error("the first error");
 	} catch (const std::runtime_error& e) {
 		CHECK(std::string(e.what()) == "the first error");

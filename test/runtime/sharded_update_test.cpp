@@ -7,16 +7,16 @@
 
 #include "collectives/bucket_plan.h"
 #include "collectives/pack.h"
-#include "models/data/batch_assembler.h"
+#include "data/batch_assembler.h"
 #include "models/model_factory.h"
-#include "models/ops.h"
+#include "models/kernels/ops.h"
 #include "optim/loss_scale.h"
 #include "optim/optimizer.h"
-#include "runtime/base/memory.h"
-#include "runtime/base/mpi_check.h"
-#include "runtime/replicated_builder.h"
-#include "runtime/sharded_update.h"
-#include "runtime/strategy.h"
+#include "base/tensor/memory.h"
+#include "base/mpi/mpi_check.h"
+#include "runtime/strategies/replicated/replicated_engine.h"
+#include "runtime/strategies/replicated/sharded_update.h"
+#include "runtime/strategies/strategy.h"
 #include "test/harness/mpi_main.h"
 #include "test/runtime/training_fixture.h"
 
@@ -44,14 +44,14 @@ int node_size(std::optional<int> ranks_per_node)
 	return ranks_per_node.value_or(world().size());
 }
 
-bool sharded_with(const ReplicatedOptions& options, std::optional<int> ranks_per_node)
+bool sharded_with(const ReplicatedEngineOptions& options, std::optional<int> ranks_per_node)
 {
 	const Device cpu;
 	auto model = make_model({"mlp", 8, 1, 7}, cpu);
 	auto optimizer = make_optimizer({}, model->parameters());
 	const Topology topology(world().comm(), ranks_per_node);
-	ReplicatedBuilder builder(topology, cpu, *model, *optimizer, options);
-	return builder.update_is_sharded();
+	ReplicatedEngine engine(topology, cpu, *model, *optimizer, options);
+	return engine.update_is_sharded();
 }
 
 // Small integers, halves and quarters: every sum, product and update below is exact in f32, so
@@ -195,7 +195,7 @@ TEST_CASE("a non-finite gradient makes every rank skip the sharded update")
 	spec.options.inject_nonfinite_step = 4;
 	spec.options.inject_nonfinite_rank = world().size() - 1;
 	std::vector<int> skipped;
-	spec.after_step = [&](const ReplicatedBuilder&, const StepStats& stats, int step) {
+	spec.after_step = [&](const ReplicatedEngine&, const StepStats& stats, int step) {
 		if (stats.skipped)
 			skipped.push_back(step);
 	};
@@ -209,7 +209,7 @@ TEST_CASE("a non-finite gradient makes every rank skip the sharded update")
 	CHECK(tower::test::max_relative_difference(sharded.parameters, whole.parameters) <= 1e-6);
 }
 
-TEST_CASE("parameters, gradients and optimizer state outlive the builder that sharded them")
+TEST_CASE("parameters, gradients and optimizer state outlive the engine that sharded them")
 {
 	const Device cpu;
 	auto model = make_model({"mlp", 32, 1, 7}, cpu);
@@ -219,15 +219,15 @@ TEST_CASE("parameters, gradients and optimizer state outlive the builder that sh
 	const Dataset data = tower::test::synthetic_dataset(64);
 	std::vector<std::vector<float>> values, state, gradients;
 	{
-		ReplicatedOptions options;
+		ReplicatedEngineOptions options;
 		options.mode = AllReduceMode::hierarchical;
 		const Topology topology(world().comm(), std::nullopt);
-		ReplicatedBuilder builder(topology, cpu, *model, *optimizer, options);
-		CHECK(builder.update_is_sharded() == (world().size() > 1));
+		ReplicatedEngine engine(topology, cpu, *model, *optimizer, options);
+		CHECK(engine.update_is_sharded() == (world().size() > 1));
 		BatchAssembler assembler(data, 8, cpu);
 		const std::vector<int64_t> first_eight = {0, 1, 2, 3, 4, 5, 6, 7};
 		const Batch& batch = assembler.assemble(first_eight);
-		builder.step(batch.images, batch.labels, 0.01f);
+		engine.step(batch.images, batch.labels, 0.01f);
 		values = tower::test::parameter_values(*model);
 		for (Parameter* p : model->parameters())
 			gradients.push_back(p->grad.to_host_f32());
@@ -247,15 +247,15 @@ TEST_CASE("parameters, gradients and optimizer state outlive the builder that sh
 	CHECK(after == state);
 }
 
-TEST_CASE("the ranks of a node share one copy of the variables, written between steps through the builder")
+TEST_CASE("the ranks of a node share one copy of the variables, written between steps through the engine")
 {
 	const Device cpu;
 	auto model = make_model({"mlp", 32, 1, 7}, cpu);
 	auto optimizer = make_optimizer({}, model->parameters());
-	ReplicatedOptions options;
+	ReplicatedEngineOptions options;
 	options.mode = AllReduceMode::hierarchical;
 	const Topology topology(world().comm(), std::nullopt);
-	ReplicatedBuilder builder(topology, cpu, *model, *optimizer, options);
+	ReplicatedEngine engine(topology, cpu, *model, *optimizer, options);
 	Parameter& first = *model->parameters().front();
 	Tensor& momentum = *optimizer->parameter_state(0).at(0);
 	auto value = [](const Tensor& t) { return t.to_host_f32().front(); };
@@ -263,7 +263,7 @@ TEST_CASE("the ranks of a node share one copy of the variables, written between 
 	const float rank = static_cast<float>(world().rank());
 
 	// One rank writes for the node (every rank where each has its own): all of them see it.
-	builder.write_variables([&](bool writes) {
+	engine.write_variables([&](bool writes) {
 		if (writes) {
 			set(first.value, 100 + rank);
 			set(momentum, 300 + rank);
@@ -274,7 +274,7 @@ TEST_CASE("the ranks of a node share one copy of the variables, written between 
 
 	// Inside with_own_variables every rank writes a copy of its own; then node rank 0's is the
 	// node's again.
-	builder.with_own_variables([&] {
+	engine.with_own_variables([&] {
 		set(first.value, 200 + rank);
 		TOWER_MPI(MPI_Barrier(world().comm()));
 		CHECK(value(first.value) == 200 + rank);
@@ -287,9 +287,9 @@ TEST_CASE("the ranks of a node share one copy of the variables, written between 
 	BatchAssembler assembler(data, 8, cpu);
 	const std::vector<int64_t> first_eight = {0, 1, 2, 3, 4, 5, 6, 7};
 	const Batch& batch = assembler.assemble(first_eight);
-	builder.step(batch.images, batch.labels, 0.01f);
+	engine.step(batch.images, batch.labels, 0.01f);
 	CHECK(value(first.value) != 200);
-	(void)builder.check_replicas();
+	(void)engine.check_replicas();
 }
 
 namespace {
@@ -354,18 +354,18 @@ TEST_CASE("16-bit models: the node's working copy of the weights is what roundin
 		if (world().size() == 2)
 			CHECK(sharded.hash == whole.hash);
 
-		// Every shard lands in the working copy; values written between steps through the builder
+		// Every shard lands in the working copy; values written between steps through the engine
 		// (a restore, averages swapped in) are rounded again.
 		const Device cpu;
 		auto model = make_model({"mlp", 32, 1, 7, precision}, cpu);
 		auto optimizer = make_optimizer({}, model->parameters());
-		ReplicatedOptions options;
+		ReplicatedEngineOptions options;
 		options.mode = AllReduceMode::hierarchical;
 		options.fusion_mb = 0.01;
 		const Topology topology(world().comm(), std::nullopt);
-		std::unique_ptr<ReplicatedBuilder> builder =
-			std::make_unique<ReplicatedBuilder>(topology, cpu, *model, *optimizer, options);
-		if (!builder->update_is_sharded()) {
+		std::unique_ptr<ReplicatedEngine> engine =
+			std::make_unique<ReplicatedEngine>(topology, cpu, *model, *optimizer, options);
+		if (!engine->update_is_sharded()) {
 			for (Parameter* p : model->parameters())
 				CHECK(p->working.data() == nullptr); // layers round for themselves
 			continue;
@@ -376,29 +376,29 @@ TEST_CASE("16-bit models: the node's working copy of the weights is what roundin
 		const std::vector<int64_t> first_eight = {0, 1, 2, 3, 4, 5, 6, 7};
 		const Batch& batch = assembler.assemble(first_eight);
 		for (int s = 0; s < 3; ++s)
-			builder->step(batch.images, batch.labels, 0.05f);
+			engine->step(batch.images, batch.labels, 0.05f);
 		CHECK(working_copies_current(*model, precision));
-		builder->write_variables([&](bool writes) {
+		engine->write_variables([&](bool writes) {
 			if (writes)
 				for (Parameter* p : model->parameters())
 					scale(p->value, 0.5f);
 		});
 		CHECK(working_copies_current(*model, precision));
-		builder->with_own_variables([&] {
+		engine->with_own_variables([&] {
 			for (Parameter* p : model->parameters())
 				scale(p->value, 0.5f);
 		});
 		CHECK(working_copies_current(*model, precision));
-		// Without the builder the copy falls behind: what the checks above would catch.
+		// Without the engine the copy falls behind: what the checks above would catch.
 		TOWER_MPI(MPI_Barrier(world().comm()));
 		if (world().rank() == 0)
 			for (Parameter* p : model->parameters())
 				scale(p->value, 0.5f);
 		TOWER_MPI(MPI_Barrier(world().comm()));
 		CHECK_FALSE(working_copies_current(*model, precision));
-		builder.reset();
+		engine.reset();
 		for (Parameter* p : model->parameters())
-			CHECK(p->working.data() == nullptr); // gone with the builder: the layers round again
+			CHECK(p->working.data() == nullptr); // gone with the engine: the layers round again
 	}
 	// The strategy swaps averages in and out around evaluation; both must reach the working copy.
 	const ForwardResult sharded = averaged_evaluation(true, DType::bf16);
@@ -408,7 +408,7 @@ TEST_CASE("16-bit models: the node's working copy of the weights is what roundin
 
 TEST_CASE("the update is sharded only where replicas share a node's memory and the buckets stay f32")
 {
-	ReplicatedOptions o;
+	ReplicatedEngineOptions o;
 	o.mode = AllReduceMode::hierarchical;
 	CHECK(sharded_with(o, std::nullopt) == (world().size() > 1));
 	CHECK_FALSE(sharded_with(o, 1)); // nodes of one rank: no peer to share with

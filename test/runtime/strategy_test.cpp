@@ -8,12 +8,12 @@
 #include <tuple>
 #include <utility>
 
-#include "models/data/batch_assembler.h"
-#include "models/data/sampler.h"
+#include "data/batch_assembler.h"
+#include "data/sampler.h"
 #include "models/model_factory.h"
-#include "runtime/base/error.h"
-#include "runtime/base/mpi_check.h"
-#include "runtime/strategy.h"
+#include "base/error.h"
+#include "base/mpi/mpi_check.h"
+#include "runtime/strategies/strategy.h"
 #include "test/harness/mpi_main.h"
 #include "test/runtime/training_fixture.h"
 
@@ -174,8 +174,8 @@ TEST_CASE("a non-finite gradient skips the parameter-server step on every rank")
 			StrategyOptions o = parameter_server(world().size() > 2 ? 1 : 0);
 			if (injected == 0 && o.ps_ranks == 0)
 				continue;
-			o.replicated.inject_nonfinite_step = 2;
-			o.replicated.inject_nonfinite_rank = injected;
+			o.gradients.inject_nonfinite_step = 2;
+			o.gradients.inject_nonfinite_rank = injected;
 			std::vector<std::vector<float>> before;
 			const Topology topology(world().comm(), ranks_per_node(transport));
 			bool skipped_at_2 = false, changed_at_3 = false;

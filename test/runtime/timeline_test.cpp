@@ -12,8 +12,8 @@
 #include <mpi.h>
 #include <nlohmann/json.hpp>
 
-#include "runtime/base/error.h"
-#include "runtime/timeline.h"
+#include "base/error.h"
+#include "runtime/observe/timeline.h"
 #include "test/harness/mpi_main.h"
 
 using tower::test::world;

@@ -1,4 +1,4 @@
-// Small training runs shared by the builder's tests: a learnable synthetic data set and a runner.
+// Small training runs shared by the engine's tests: a learnable synthetic data set and a runner.
 #include "test/runtime/training_fixture.h"
 
 #include <cmath>
@@ -7,8 +7,8 @@
 
 #include <doctest/doctest.h>
 
-#include "models/data/batch_assembler.h"
-#include "models/data/sampler.h"
+#include "data/batch_assembler.h"
+#include "data/sampler.h"
 
 namespace tower::test {
 
@@ -44,7 +44,7 @@ Trained run_training(const Topology& topology, const RunSpec& spec, const Datase
 	const Device device = spec.device;
 	auto model = make_model(spec.model, device);
 	auto optimizer = make_optimizer(spec.optimizer, model->parameters());
-	ReplicatedBuilder builder(topology, device, *model, *optimizer, spec.options);
+	ReplicatedEngine engine(topology, device, *model, *optimizer, spec.options);
 	DistributedSampler sampler(data.count, spec.batch, sampler_rank < 0 ? topology.rank() : sampler_rank,
 				   sampler_world < 0 ? topology.size() : sampler_world, 99);
 	BatchAssembler assembler(data, spec.batch, device);
@@ -59,20 +59,20 @@ Trained run_training(const Topology& topology, const RunSpec& spec, const Datase
 	for (int s = 0; s < spec.steps; ++s) {
 		for (int m = 1; m < spec.accumulate; ++m) {
 			const Batch& b = next();
-			builder.accumulate(b.images, b.labels);
+			engine.accumulate(b.images, b.labels);
 		}
 		const Batch& b = next();
-		const StepStats stats = builder.step(b.images, b.labels, spec.lr);
+		const StepStats stats = engine.step(b.images, b.labels, spec.lr);
 		out.last_loss = stats.forward.loss;
 		if (spec.after_step)
-			spec.after_step(builder, stats, s);
+			spec.after_step(engine, stats, s);
 	}
-	out.hash = builder.check_replicas();
+	out.hash = engine.check_replicas();
 	out.parameters = parameter_values(*model);
 	for (const NamedTensor& s : optimizer->state())
 		if (s.tensor.dtype() == DType::f32)
 			out.optimizer_state.push_back(s.tensor.to_host_f32());
-	out.sharded = builder.update_is_sharded();
+	out.sharded = engine.update_is_sharded();
 	return out;
 }
 

@@ -1,12 +1,12 @@
-// Small training runs shared by the builder's tests: a learnable synthetic data set and a runner.
+// Small training runs shared by the engine's tests: a learnable synthetic data set and a runner.
 #pragma once
 
 #include <functional>
 #include <vector>
 
-#include "models/data/fashion_mnist.h"
+#include "data/fashion_mnist.h"
 #include "models/model_factory.h"
-#include "runtime/replicated_builder.h"
+#include "runtime/strategies/replicated/replicated_engine.h"
 
 namespace tower::test {
 
@@ -20,10 +20,10 @@ struct RunSpec {
 	float lr = 0.05f;
 	ModelConfig model{"mlp", 32, 1, 7};
 	OptimizerConfig optimizer{};
-	ReplicatedOptions options{};
+	ReplicatedEngineOptions options{};
 	Device device{};        // where the model, batches and buckets live (the GPU tests pass a GPU)
-	// Called after every update with the builder and the stats of that update.
-	std::function<void(const ReplicatedBuilder&, const StepStats&, int step)> after_step;
+	// Called after every update with the engine and the stats of that update.
+	std::function<void(const ReplicatedEngine&, const StepStats&, int step)> after_step;
 };
 
 struct Trained {
@@ -31,7 +31,7 @@ struct Trained {
 	std::vector<std::vector<float>> optimizer_state; // the f32 tensors of Optimizer::state()
 	uint64_t hash = 0;
 	float last_loss = 0;
-	bool sharded = false; // whether the builder split the update across the node
+	bool sharded = false; // whether the engine split the update across the node
 };
 
 // Trains on `topology` (its world may be MPI_COMM_SELF for a one-rank reference). The sampler

@@ -5,10 +5,10 @@
 #include <optional>
 #include <tuple>
 
-#include "models/cpu/cpu_ops.h"
-#include "models/cpu/dnnl_cpu.h"
-#include "models/cpu/f32_copy.h"
-#include "models/ops_checks.h"
+#include "models/kernels/cpu/cpu_ops.h"
+#include "models/kernels/cpu/dnnl_cpu.h"
+#include "models/kernels/cpu/f32_copy.h"
+#include "models/kernels/ops_checks.h"
 
 namespace tower {
 

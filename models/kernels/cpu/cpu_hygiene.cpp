@@ -2,8 +2,8 @@
 #include <cfloat>
 #include <cmath>
 
-#include "models/cpu/cpu_ops.h"
-#include "models/ops_checks.h"
+#include "models/kernels/cpu/cpu_ops.h"
+#include "models/kernels/ops_checks.h"
 
 namespace tower {
 

@@ -1,9 +1,9 @@
 // Unfolding one image into convolution columns on the CPU, and folding gradients back.
 #include <algorithm>
 
-#include "models/cpu/cpu_ops.h"
-#include "models/cpu/f32_copy.h"
-#include "models/ops_checks.h"
+#include "models/kernels/cpu/cpu_ops.h"
+#include "models/kernels/cpu/f32_copy.h"
+#include "models/kernels/ops_checks.h"
 
 namespace tower {
 

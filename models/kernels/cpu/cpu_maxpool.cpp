@@ -1,9 +1,9 @@
 // 2x2 stride-2 max pooling on the CPU, forward and backward.
 #include <algorithm>
 
-#include "models/cpu/cpu_ops.h"
-#include "models/cpu/f32_copy.h"
-#include "models/ops_checks.h"
+#include "models/kernels/cpu/cpu_ops.h"
+#include "models/kernels/cpu/f32_copy.h"
+#include "models/kernels/ops_checks.h"
 
 namespace tower {
 

@@ -1,5 +1,5 @@
 // The CPU backend's setup, the choice of backend by device, and the device-neutral entry points.
-#include "models/cpu/cpu_ops.h"
+#include "models/kernels/cpu/cpu_ops.h"
 
 namespace tower {
 

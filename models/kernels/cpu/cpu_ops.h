@@ -1,8 +1,8 @@
-// The CPU backend of models/ops.h: oneDNN matmul and convolution, and plain loops the compiler
-// vectorizes. Its kernels run on cpu_threads() threads (models/cpu/cpu_threads.h).
+// The CPU backend of models/kernels/ops.h: oneDNN matmul and convolution, and plain loops the compiler
+// vectorizes. Its kernels run on cpu_threads() threads (models/kernels/cpu/cpu_threads.h).
 #pragma once
 
-#include "models/ops.h"
+#include "models/kernels/ops.h"
 
 namespace tower {
 

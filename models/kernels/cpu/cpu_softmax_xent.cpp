@@ -1,10 +1,10 @@
 // Softmax cross-entropy on the CPU: probabilities, mean loss, correct count, and the gradient.
 #include <cmath>
 
-#include "models/cpu/cpu_ops.h"
-#include "models/cpu/f32_copy.h"
-#include "models/ops_checks.h"
-#include "runtime/base/error.h"
+#include "models/kernels/cpu/cpu_ops.h"
+#include "models/kernels/cpu/f32_copy.h"
+#include "models/kernels/ops_checks.h"
+#include "base/error.h"
 
 namespace tower {
 

@@ -1,5 +1,5 @@
 // The oneDNN engine of the CPU backend, its thread count, and cached primitives.
-#include "models/cpu/dnnl_cpu.h"
+#include "models/kernels/cpu/dnnl_cpu.h"
 
 #include <atomic>
 #include <cstdlib>
@@ -7,8 +7,8 @@
 
 #include <omp.h>
 
-#include "models/cpu/cpu_threads.h"
-#include "runtime/base/error.h"
+#include "models/kernels/cpu/cpu_threads.h"
+#include "base/error.h"
 
 namespace tower {
 

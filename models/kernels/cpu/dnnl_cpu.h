@@ -9,7 +9,7 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
-#include "runtime/base/tensor.h"
+#include "base/tensor/tensor.h"
 
 namespace tower {
 

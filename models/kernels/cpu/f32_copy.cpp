@@ -1,10 +1,10 @@
 // An f32 view of a tensor for the CPU kernels: the tensor itself, or a widened copy of 16-bit data.
-#include "models/cpu/f32_copy.h"
+#include "models/kernels/cpu/f32_copy.h"
 
 #include <algorithm>
 
-#include "runtime/base/half.h"
-#include "runtime/base/error.h"
+#include "base/tensor/half.h"
+#include "base/error.h"
 
 namespace tower {
 

@@ -1,7 +1,7 @@
 // An f32 view of a tensor for the CPU kernels: the tensor itself, or a widened copy of 16-bit data.
 #pragma once
 
-#include "runtime/base/tensor.h"
+#include "base/tensor/tensor.h"
 
 namespace tower {
 

@@ -1,16 +1,16 @@
 // The CUDA backend: setup, cuBLAS GEMM, and the checks around tower's kernels.
-#include "models/cuda/cuda_ops.h"
+#include "models/kernels/cuda/cuda_ops.h"
 
 #include <cmath>
 #include <map>
 #include <memory>
 #include <mutex>
 
-#include "models/cuda/kernels.h"
-#include "models/ops_checks.h"
-#include "runtime/base/cuda_check.h"
-#include "runtime/base/memory.h"
-#include "runtime/base/gpu_runtime.h"
+#include "models/kernels/cuda/kernels.h"
+#include "models/kernels/ops_checks.h"
+#include "base/device/cuda_check.h"
+#include "base/tensor/memory.h"
+#include "base/device/gpu_runtime.h"
 
 namespace tower {
 

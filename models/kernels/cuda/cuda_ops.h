@@ -1,9 +1,9 @@
-// The CUDA backend of models/ops.h: cuBLAS for GEMM and tower's kernels for the rest.
+// The CUDA backend of models/kernels/ops.h: cuBLAS for GEMM and tower's kernels for the rest.
 #pragma once
 
 #include <cublas_v2.h>
 
-#include "models/ops.h"
+#include "models/kernels/ops.h"
 
 namespace tower {
 

@@ -1,6 +1,6 @@
 // The CUDA backend's entry point in a build without CUDA: asking for it is an error.
-#include "models/ops.h"
-#include "runtime/base/error.h"
+#include "models/kernels/ops.h"
+#include "base/error.h"
 
 namespace tower {
 

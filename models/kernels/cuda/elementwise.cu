@@ -1,6 +1,6 @@
 // Elementwise CUDA kernels: fill, axpy, bias with optional ReLU, bias gradient, ReLU, casts.
-#include "models/cuda/kernels.h"
-#include "models/cuda/launch.cuh"
+#include "models/kernels/cuda/kernels.h"
+#include "models/kernels/cuda/launch.cuh"
 
 namespace tower::cuda {
 

@@ -1,6 +1,6 @@
 // Gradient hygiene on the GPU: a fixed-order sum of squares (which also detects inf and NaN) and scaling.
-#include "models/cuda/kernels.h"
-#include "models/cuda/launch.cuh"
+#include "models/kernels/cuda/kernels.h"
+#include "models/kernels/cuda/launch.cuh"
 
 namespace tower::cuda {
 

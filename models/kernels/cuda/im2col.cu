@@ -1,6 +1,6 @@
 // Unfolding one image into convolution columns on the GPU, and folding gradients back.
-#include "models/cuda/kernels.h"
-#include "models/cuda/launch.cuh"
+#include "models/kernels/cuda/kernels.h"
+#include "models/kernels/cuda/launch.cuh"
 
 namespace tower::cuda {
 

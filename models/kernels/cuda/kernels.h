@@ -1,10 +1,10 @@
-// Launchers of tower's CUDA kernels (models/cuda/*.cu); all run on the current device's default stream.
+// Launchers of tower's CUDA kernels (models/kernels/cuda/*.cu); all run on the current device's default stream.
 #pragma once
 
 #include <cstdint>
 
-#include "models/ops.h"
-#include "runtime/base/dtype.h"
+#include "models/kernels/ops.h"
+#include "base/tensor/dtype.h"
 
 namespace tower::cuda {
 

@@ -8,8 +8,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include "models/cuda/kernels.h"
-#include "runtime/base/dtype.h"
+#include "models/kernels/cuda/kernels.h"
+#include "base/tensor/dtype.h"
 
 namespace tower::cuda {
 

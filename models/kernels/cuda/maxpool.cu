@@ -1,6 +1,6 @@
 // 2x2 stride-2 max pooling on the GPU, forward and backward.
-#include "models/cuda/kernels.h"
-#include "models/cuda/launch.cuh"
+#include "models/kernels/cuda/kernels.h"
+#include "models/kernels/cuda/launch.cuh"
 
 namespace tower::cuda {
 

@@ -1,6 +1,6 @@
 // Softmax cross-entropy on the GPU: probabilities, per-row losses, their sum and the correct count.
-#include "models/cuda/kernels.h"
-#include "models/cuda/launch.cuh"
+#include "models/kernels/cuda/kernels.h"
+#include "models/kernels/cuda/launch.cuh"
 
 namespace tower::cuda {
 

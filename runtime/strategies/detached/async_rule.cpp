@@ -1,10 +1,11 @@
-// Async training: the owners apply every worker's gradient as soon as it arrives.
-#include "runtime/async_strategy.h"
+// The async strategy: its update rule (every gradient is one update, applied as it arrives) and
+// its factory over the detached strategies' mechanics (detached_strategy.h).
+#include "runtime/strategies/detached/async_rule.h"
 
 #include <algorithm>
 
-#include "runtime/base/error.h"
-#include "runtime/detached_strategy.h"
+#include "base/error.h"
+#include "runtime/strategies/detached/detached_strategy.h"
 
 namespace tower {
 

@@ -1,7 +1,8 @@
-// Async training: the owners apply every worker's gradient as soon as it arrives.
+// The async strategy: its update rule (every gradient is one update, applied as it arrives) and
+// its factory over the detached strategies' mechanics (detached_strategy.h).
 #pragma once
 
-#include "runtime/owner_service.h"
+#include "runtime/strategies/detached/owner_service.h"
 
 namespace tower {
 

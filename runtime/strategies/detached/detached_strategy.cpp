@@ -1,34 +1,26 @@
 // What the async and sync-replicas strategies share: workers that fetch variables from their
 // owners, compute, and push gradients back without waiting for each other.
-#include "runtime/detached_strategy.h"
+#include "runtime/strategies/detached/detached_strategy.h"
 
 #include <algorithm>
 #include <cstring>
 
 #include "collectives/mpi_reduce_ops.h"
 #include "collectives/signature_check.h"
-#include "runtime/backoff_wait.h"
-#include "runtime/base/error.h"
-#include "runtime/base/mpi_check.h"
-#include "runtime/base/watched_wait.h"
-#include "runtime/replica_check.h"
-#include "runtime/timeline.h"
+#include "base/watchdog/backoff_wait.h"
+#include "base/error.h"
+#include "base/mpi/mpi_check.h"
+#include "base/watchdog/watched_wait.h"
+#include "runtime/safety/replica_check.h"
+#include "runtime/observe/timeline.h"
+#include "base/clock.h"
 
 namespace tower {
 
 namespace {
 
-double seconds(std::chrono::steady_clock::duration d)
+void check_options(const StrategyOptions& o, const std::string& name)
 {
-	return std::chrono::duration<double>(d).count();
-}
-
-void check_options(const StrategyOptions& o, const std::string& name, int world_size)
-{
-	if (o.ps_ranks < 0 || (o.ps_ranks > 0 && o.ps_ranks >= world_size))
-		throw AgreedError(fmt::format("--ps-ranks {}: dedicated server ranks must leave at least one worker among "
-					      "the {} rank(s) of this job; use 0 to place the variables on every rank",
-					      o.ps_ranks, world_size));
 	const auto refuse = [&](bool given, const char* what) {
 		if (given)
 			throw AgreedError(fmt::format("{}: not available with --strategy {}, whose workers push their own "
@@ -36,10 +28,10 @@ void check_options(const StrategyOptions& o, const std::string& name, int world_
 						      what, name));
 	};
 	refuse(!o.replicated.groups.empty(), "--groups");
-	refuse(o.replicated.compress != DType::f32, "--compress");
-	refuse(o.replicated.loss_scale.mode != LossScaleMode::none, "--loss-scale");
-	refuse(o.replicated.inject_nonfinite_step >= 0, "--inject-nonfinite");
-	refuse(o.replicated.reduce != ReduceOp::mean, "--reduce sum");
+	refuse(o.gradients.compress != DType::f32, "--compress");
+	refuse(o.gradients.loss_scale.mode != LossScaleMode::none, "--loss-scale");
+	refuse(o.gradients.inject_nonfinite_step >= 0, "--inject-nonfinite");
+	refuse(o.gradients.reduce != ReduceOp::mean, "--reduce sum");
 }
 
 } // namespace
@@ -48,34 +40,17 @@ DetachedStrategy::DetachedStrategy(const Topology& topology, const Device& devic
 				   const OptimizerConfig& optimizer, const StrategyOptions& options,
 				   std::unique_ptr<UpdateRule> rule, std::string name)
 	: rank_(topology.rank()), world_(topology.world()), options_(options), rule_(std::move(rule)),
-	  name_(std::move(name)), model_(&model), parameters_(model.parameters()),
-	  global_step_(Tensor::zeros({1}, DType::i64, Device{})), loss_scaler_(options.replicated.loss_scale)
+	  name_(std::move(name)), model_(&model), core_(topology, model, options),
+	  loss_scaler_(options.gradients.loss_scale)
 {
-	check_options(options_, name_, topology.size());
+	check_options(options_, name_);
 	TOWER_CHECK(!device.is_cuda(), "--strategy {} keeps its variables in host memory; run it with --device cpu",
 		    name_);
-	std::vector<NamedTensor> gradients;
-	for (const Parameter* p : parameters_)
-		gradients.push_back({p->name, p->grad});
-	check_signatures(world_, gradients, 0, "gradient list");
-
-	const int servers = options_.ps_ranks;
-	workers_ = topology.size() - servers;
-	first_worker_ = servers;
-	worker_index_ = rank_ >= servers ? rank_ - servers : -1;
-	std::vector<int> owners;
-	for (int r = 0; r < (servers > 0 ? servers : topology.size()); ++r)
-		owners.push_back(r);
-	std::vector<VariableSize> sizes;
-	for (const Parameter* p : parameters_)
-		sizes.push_back({p->name, p->value.numel()});
-	placement_ = place_variables(sizes, owners);
-	const auto mine = std::find(owners.begin(), owners.end(), rank_);
-	my_owner_ = mine == owners.end() ? -1 : static_cast<int>(mine - owners.begin());
+	const Placement& placement = core_.placement();
 	int64_t offset = 0;
-	for (size_t o = 0; o < owners.size(); ++o) {
-		segments_.push_back({owners[o], offset, placement_.owner_elements[o]});
-		offset += placement_.owner_elements[o];
+	for (size_t o = 0; o < placement.owners.size(); ++o) {
+		segments_.push_back({placement.owners[o], offset, placement.owner_elements[o]});
+		offset += placement.owner_elements[o];
 	}
 	values_.assign(static_cast<size_t>(offset), 0.0f);
 
@@ -84,38 +59,23 @@ DetachedStrategy::DetachedStrategy(const Topology& topology, const Device& devic
 	requests_ = CommHandle(comm);
 	TOWER_MPI(MPI_Comm_dup(world_, &comm));
 	replies_ = CommHandle(comm);
-	TOWER_MPI(MPI_Comm_split(world_, is_worker() ? 0 : MPI_UNDEFINED, rank_, &comm));
-	worker_comm_ = CommHandle(comm);
 
 	// Every rank built the model from the same seed; the owners' copies count, and publish()
 	// sends them to everyone.
-	for (const VariableSlice& s : placement_.slices) {
+	for (const VariableSlice& s : placement.slices) {
 		float* at = values_.data() + segments_[static_cast<size_t>(s.owner)].offset + s.segment_offset;
 		Tensor value = Tensor::view(at, {s.count}, DType::f32, Device{});
-		value.copy_from(model_slice(s, false));
-		if (s.owner == my_owner_)
-			owned_.push_back({s.name, value, Tensor{}, Tensor{}});
-	}
-	if (!owned_.empty()) {
+		value.copy_from(core_.model_slice(s, false));
 		// The owner service binds each slice's gradient to its sum before any step.
-		std::vector<Parameter*> owned;
-		for (Parameter& p : owned_) {
-			p.grad = Tensor::zeros({p.value.numel()}, DType::f32, Device{});
-			owned.push_back(&p);
-		}
-		optimizer_ = make_optimizer(optimizer, owned);
+		if (s.owner == core_.my_owner())
+			core_.owned.push_back({s.name, value, Tensor::zeros({s.count}, DType::f32, Device{}), Tensor{}});
 	}
-	if (options_.ema_decay) {
-		std::vector<NamedTensor> shares;
-		for (const Parameter& p : owned_)
-			shares.push_back({p.name, p.value});
-		averages_ = std::make_unique<VariableAverages>(*options_.ema_decay, shares);
-	}
+	core_.start_owning(optimizer, options_.ema_decay);
 	if (is_worker()) {
 		for (const Segment& s : segments_)
 			pushes_.emplace_back(sizeof(PushHeader) / sizeof(int64_t) + static_cast<size_t>(s.count + 1) / 2);
-		if (my_owner_ >= 0)
-			own_fetched_.assign(static_cast<size_t>(segments_[static_cast<size_t>(my_owner_)].count), 0.0f);
+		if (core_.my_owner() >= 0)
+			own_fetched_.assign(static_cast<size_t>(segments_[static_cast<size_t>(core_.my_owner())].count), 0.0f);
 	}
 	publish();
 }
@@ -128,33 +88,25 @@ DetachedStrategy::~DetachedStrategy()
 		owner_thread_.detach();
 }
 
-Tensor DetachedStrategy::model_slice(const VariableSlice& s, bool gradient) const
-{
-	const Parameter& p = *parameters_[s.variable];
-	const Tensor& whole = gradient ? p.grad : p.value;
-	char* at = static_cast<char*>(whole.data()) + static_cast<size_t>(s.offset) * sizeof(float);
-	return Tensor::view(at, {s.count}, DType::f32, whole.device());
-}
-
 void DetachedStrategy::start(const DetachedPlan& plan)
 {
 	TOWER_CHECK(!started_, "--strategy {}: start() called twice", name_);
 	started_ = true;
-	if (my_owner_ < 0)
+	if (core_.my_owner() < 0)
 		return;
-	const Segment& mine = segments_[static_cast<size_t>(my_owner_)];
+	const Segment& mine = segments_[static_cast<size_t>(core_.my_owner())];
 	OwnerSetup s;
 	s.requests = requests_.get();
 	s.replies = replies_.get();
-	s.chief = my_owner_ == 0;
-	s.workers = workers_;
-	s.first_worker_rank = first_worker_;
+	s.chief = core_.my_owner() == 0;
+	s.workers = workers();
+	s.first_worker_rank = core_.servers();
 	s.values = values_.data() + mine.offset;
 	s.count = mine.count;
-	s.owned = &owned_;
-	s.optimizer = optimizer_.get();
-	s.averages = averages_.get();
-	s.global_step = global_step_.data_as<int64_t>();
+	s.owned = &core_.owned;
+	s.optimizer = core_.optimizer();
+	s.averages = core_.averages();
+	s.global_step = &core_.steps();
 	s.rule = rule_.get();
 	s.target = rule_->target_updates(plan.planned_steps);
 	s.lr = plan.lr;
@@ -211,10 +163,10 @@ void DetachedStrategy::push(const std::vector<int64_t>& tags, const ForwardResul
 		auto* head = reinterpret_cast<PushHeader*>(pushes_[o].data());
 		*head = PushHeader{tags[o], samples, static_cast<double>(result.loss), 0};
 		auto* gradient = reinterpret_cast<float*>(pushes_[o].data() + sizeof(PushHeader) / sizeof(int64_t));
-		for (const VariableSlice& s : placement_.slices)
+		for (const VariableSlice& s : core_.placement().slices)
 			if (s.owner == static_cast<int>(o))
 				Tensor::view(gradient + s.segment_offset, {s.count}, DType::f32, Device{})
-					.copy_from(model_slice(s, true));
+					.copy_from(core_.model_slice(s, true));
 		if (micro_batches_ > 1)
 			for (int64_t i = 0; i < segments_[o].count; ++i)
 				gradient[i] /= static_cast<float>(micro_batches_);
@@ -348,8 +300,8 @@ void DetachedStrategy::publish()
 	}
 	if (is_worker()) {
 		// The owners are done: the master copy is final and nobody else writes it now.
-		if (my_owner_ >= 0)
-			std::copy_n(values_.data() + segments_[static_cast<size_t>(my_owner_)].offset, own_fetched_.size(),
+		if (core_.my_owner() >= 0)
+			std::copy_n(values_.data() + segments_[static_cast<size_t>(core_.my_owner())].offset, own_fetched_.size(),
 				    own_fetched_.data());
 		to_model();
 	}
@@ -357,13 +309,13 @@ void DetachedStrategy::publish()
 
 float* DetachedStrategy::fetched(size_t owner)
 {
-	return static_cast<int>(owner) == my_owner_ ? own_fetched_.data() : values_.data() + segments_[owner].offset;
+	return static_cast<int>(owner) == core_.my_owner() ? own_fetched_.data() : values_.data() + segments_[owner].offset;
 }
 
 void DetachedStrategy::to_model()
 {
-	for (const VariableSlice& s : placement_.slices)
-		model_slice(s, false).copy_from(Tensor::view(fetched(static_cast<size_t>(s.owner)) + s.segment_offset,
+	for (const VariableSlice& s : core_.placement().slices)
+		core_.model_slice(s, false).copy_from(Tensor::view(fetched(static_cast<size_t>(s.owner)) + s.segment_offset,
 							     {s.count}, DType::f32, Device{}));
 }
 
@@ -375,64 +327,37 @@ ForwardResult DetachedStrategy::evaluate(const Tensor& images, const Tensor& lab
 
 void DetachedStrategy::use_averages(bool averaged)
 {
-	TOWER_CHECK(averages_ != nullptr, "use_averages({}) without --ema-decay: no averages are kept", averaged);
+	TOWER_CHECK(has_averages(), "use_averages({}) without --ema-decay: no averages are kept", averaged);
 	TOWER_CHECK(!owner_ || owner_->done(), "use_averages() while the owners still train; call finish() first");
-	averages_->swap_in(averaged);
+	core_.averages()->swap_in(averaged);
 	publish();
 }
 
 std::vector<NamedTensor> DetachedStrategy::variables()
 {
-	std::vector<NamedTensor> out;
-	for (const Parameter& p : owned_)
-		out.push_back({p.name, p.value});
-	if (optimizer_)
-		for (auto& s : optimizer_->state())
-			out.push_back(s);
-	for (auto& s : loss_scaler_.state())
-		out.push_back(s);
-	if (averages_)
-		for (auto& s : averages_->state())
-			out.push_back(s);
-	if (my_owner_ >= 0)
-		out.push_back({"global_step", global_step_});
-	return out;
+	return core_.variables(loss_scaler_);
+}
+
+std::string DetachedStrategy::why_no_checkpoints() const
+{
+	return fmt::format("--strategy {}: checkpoints are not supported for it (its owners apply gradients while the "
+			   "workers run ahead, so no step is common to all); use replicated or parameter-server to "
+			   "checkpoint, or drop the checkpoint options",
+			   name_);
 }
 
 uint64_t DetachedStrategy::check_replicas() const
 {
-	if (!is_worker())
-		return 0;
-	std::vector<NamedTensor> values;
-	for (const Parameter* p : parameters_)
-		values.push_back({p->name, p->value});
-	return check_replicas_of(worker_comm_.get(), values);
+	return core_.check_replicas();
 }
 
 StrategyFacts DetachedStrategy::facts() const
 {
-	StrategyFacts f;
-	f.name = name_;
+	StrategyFacts f = core_.facts(name_);
 	f.transport = "push to owners, fetch from owners";
-	for (const Parameter& p : owned_)
-		f.parameter_bytes += p.value.bytes();
-	if (optimizer_)
-		for (const NamedTensor& s : optimizer_->state())
-			if (s.tensor.dtype() == DType::f32)
-				f.optimizer_state_bytes += s.tensor.bytes();
-	for (const int64_t e : placement_.owner_elements)
-		f.gradient_bytes_per_step += static_cast<size_t>(e) * sizeof(float);
 	f.moved_bytes_per_step = 2 * f.gradient_bytes_per_step;
-	f.buckets = segments_.size();
-	f.bucket_word = "owner";
-	std::vector<int> servers;
-	for (int r = 0; r < options_.ps_ranks; ++r)
-		servers.push_back(r);
-	f.details = {{"placement", placement_.to_json()}, {"ps_ranks", options_.ps_ranks}, {"server_ranks", servers}};
-	if (averages_)
-		f.details["ema_bytes"] = averages_->bytes();
 	f.layout = fmt::format("variables placed on the least-loaded owner by bytes; rank 0 is the chief:\n{}",
-			       placement_.describe());
+			       core_.placement().describe());
 	if (f.layout.back() == '\n')
 		f.layout.pop_back();
 	return f;

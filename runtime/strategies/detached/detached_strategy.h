@@ -8,10 +8,9 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/owner_service.h"
-#include "runtime/ps_placement.h"
-#include "runtime/strategy.h"
-#include "runtime/variable_averages.h"
+#include "runtime/strategies/detached/owner_service.h"
+#include "runtime/strategies/owned_variables.h"
+#include "runtime/strategies/strategy.h"
 
 namespace tower {
 
@@ -47,26 +46,28 @@ public:
 	// final variables to every worker, and returns the chief's totals and every owner's counters.
 	nlohmann::json finish();
 
-	bool is_worker() const override { return worker_index_ >= 0; }
-	int worker_index() const override { return worker_index_; }
-	int workers() const override { return workers_; }
+	bool is_worker() const override { return core_.is_worker(); }
+	int worker_index() const override { return core_.worker_index(); }
+	int workers() const override { return core_.workers(); }
 	ForwardResult accumulate(const Tensor& images, const Tensor& labels) override;
 	// One work() step; `lr` is not used (the owners follow the plan's schedule). Marked skipped
 	// once the run is over.
 	StepStats step(const Tensor& images, const Tensor& labels, float lr) override;
 	ForwardResult evaluate(const Tensor& images, const Tensor& labels) override;
-	bool has_averages() const override { return averages_ != nullptr; }
+	bool has_averages() const override { return core_.averages() != nullptr; }
 	void use_averages(bool averaged) override;
 	std::vector<NamedTensor> variables() override;
 	// Checkpoints are refused for these strategies (the trainer says so): the owners' threads
 	// keep applying gradients while workers run ahead, so there is no step at which to save.
 	bool saves_variables() const override { return false; }
+	std::string why_no_checkpoints() const override;
+	DetachedStrategy* detached() override { return this; }
 	void variables_restored() override {}
 	uint64_t check_replicas() const override;
 	const LossScaler& loss_scaler() const override { return loss_scaler_; }
 	StrategyFacts facts() const override;
 
-	const Placement& placement() const { return placement_; }
+	const Placement& placement() const { return core_.placement(); }
 	const UpdateRule& rule() const { return *rule_; }
 	// The global step of this worker's last token: the update its last gradient was computed at.
 	int64_t last_token_step() const { return last_token_step_; }
@@ -86,7 +87,6 @@ private:
 	void to_model();
 	// Where a worker keeps its fetched copy of an owner's values.
 	float* fetched(size_t owner);
-	Tensor model_slice(const VariableSlice& s, bool gradient) const;
 
 	int rank_;
 	MPI_Comm world_;
@@ -94,21 +94,14 @@ private:
 	std::unique_ptr<UpdateRule> rule_;
 	std::string name_;
 	Model* model_;
-	std::vector<Parameter*> parameters_;
-	int worker_index_ = -1, workers_ = 0, first_worker_ = 0;
-	int my_owner_ = -1;
-	Placement placement_;
-	std::vector<Segment> segments_;
-	CommHandle requests_, replies_, worker_comm_;
 	std::vector<float> values_; // owner-major on every rank; an owner's own segment is the master copy
+	OwnedVariables core_;       // roles, placement; owned slices are views into values_
+	std::vector<Segment> segments_;
+	CommHandle requests_, replies_;
 	// A worker that is also an owner fetches its own owner's values here, never into the master
 	// copy: its owner thread keeps applying other workers' gradients to the master meanwhile.
 	std::vector<float> own_fetched_;
 	std::vector<std::vector<int64_t>> pushes_; // per owner: PushHeader then the gradient slice
-	std::vector<Parameter> owned_;
-	std::unique_ptr<Optimizer> optimizer_;
-	std::unique_ptr<VariableAverages> averages_;
-	Tensor global_step_; // i64 [1]: the owner's update count
 	LossScaler loss_scaler_;
 	std::unique_ptr<OwnerService> owner_;
 	std::thread owner_thread_;
@@ -118,8 +111,8 @@ private:
 	std::vector<int64_t> last_tags_;
 };
 
-// Collective: the factories of the two detached strategies (runtime/async_strategy.cpp and
-// runtime/sync_replicas_strategy.cpp).
+// Collective: the factories of the two detached strategies (runtime/strategies/detached/async_rule.cpp and
+// runtime/strategies/detached/sync_replicas_rule.cpp).
 std::unique_ptr<Strategy> make_async_strategy(const Topology& topology, const Device& device, Model& model,
 					      const OptimizerConfig& optimizer, const StrategyOptions& options);
 std::unique_ptr<Strategy> make_sync_replicas_strategy(const Topology& topology, const Device& device, Model& model,

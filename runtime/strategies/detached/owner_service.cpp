@@ -1,6 +1,6 @@
 // The owner side of the async and sync-replicas strategies: a thread that takes gradients from
 // workers as they come, applies updates to this owner's variable slices and hands out tokens.
-#include "runtime/owner_service.h"
+#include "runtime/strategies/detached/owner_service.h"
 
 #include <algorithm>
 #include <chrono>
@@ -8,10 +8,11 @@
 #include <ctime>
 
 #include "collectives/mpi_reduce_ops.h"
-#include "runtime/backoff_wait.h"
-#include "runtime/base/error.h"
-#include "runtime/base/mpi_check.h"
-#include "runtime/timeline.h"
+#include "base/watchdog/backoff_wait.h"
+#include "base/error.h"
+#include "base/mpi/mpi_check.h"
+#include "runtime/observe/timeline.h"
+#include "base/clock.h"
 
 namespace tower {
 
@@ -19,7 +20,7 @@ namespace {
 
 double now_s()
 {
-	return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+	return seconds(SteadyClock::now().time_since_epoch());
 }
 
 double thread_cpu_s()

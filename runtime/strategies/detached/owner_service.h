@@ -12,8 +12,8 @@
 #include <nlohmann/json.hpp>
 
 #include "optim/optimizer.h"
-#include "runtime/base/parameter.h"
-#include "runtime/variable_averages.h"
+#include "base/tensor/parameter.h"
+#include "runtime/strategies/variable_averages.h"
 
 namespace tower {
 

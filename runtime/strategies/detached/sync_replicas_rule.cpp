@@ -1,11 +1,12 @@
-// Sync-replicas: each update averages the first N gradients computed on the current variables;
-// later ones are dropped as stale, so up to workers - N slow workers are never waited for.
-#include "runtime/sync_replicas_strategy.h"
+// The sync-replicas strategy's update rule and factory: each update averages the first N
+// gradients computed on the current variables; later ones are dropped as stale, so up to
+// workers - N slow workers are never waited for.
+#include "runtime/strategies/detached/sync_replicas_rule.h"
 
 #include <algorithm>
 
-#include "runtime/base/error.h"
-#include "runtime/detached_strategy.h"
+#include "base/error.h"
+#include "runtime/strategies/detached/detached_strategy.h"
 
 namespace tower {
 

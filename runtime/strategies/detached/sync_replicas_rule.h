@@ -1,8 +1,9 @@
-// Sync-replicas: each update averages the first N gradients computed on the current variables;
-// later ones are dropped as stale, so up to workers - N slow workers are never waited for.
+// The sync-replicas strategy's update rule and factory: each update averages the first N
+// gradients computed on the current variables; later ones are dropped as stale, so up to
+// workers - N slow workers are never waited for.
 #pragma once
 
-#include "runtime/owner_service.h"
+#include "runtime/strategies/detached/owner_service.h"
 
 namespace tower {
 

@@ -6,15 +6,14 @@
 #include <memory>
 #include <vector>
 
-#include "runtime/ps_placement.h"
-#include "runtime/ps_transport.h"
-#include "runtime/strategy.h"
-#include "runtime/variable_averages.h"
+#include "runtime/strategies/owned_variables.h"
+#include "runtime/strategies/parameter_server/ps_transport.h"
+#include "runtime/strategies/strategy.h"
 
 namespace tower {
 
 // Who sends what to whom in one step (docs/strategies.md has the picture):
-//  1. every worker's gradient is summed into the owner of each slice (runtime/ps_transport.h:
+//  1. every worker's gradient is summed into the owner of each slice (runtime/strategies/parameter_server/ps_transport.h:
 //     through shared memory when all ranks share a host, else an MPI reduce per owner);
 //  2. each owner un-scales its reduced share and adds its sum of squares to one number summed
 //     over the ranks, so every rank learns the global norm and whether any value is inf or NaN;
@@ -30,26 +29,27 @@ public:
 	ParameterServerStrategy(const Topology& topology, const Device& device, Model& model,
 				const OptimizerConfig& optimizer, const StrategyOptions& options);
 
-	bool is_worker() const override { return worker_index_ >= 0; }
-	int worker_index() const override { return worker_index_; }
-	int workers() const override { return workers_; }
+	bool is_worker() const override { return core_.is_worker(); }
+	int worker_index() const override { return core_.worker_index(); }
+	int workers() const override { return core_.workers(); }
 	ForwardResult accumulate(const Tensor& images, const Tensor& labels) override;
 	StepStats step(const Tensor& images, const Tensor& labels, float lr) override;
 	ForwardResult evaluate(const Tensor& images, const Tensor& labels) override;
-	bool has_averages() const override { return averages_ != nullptr; }
+	bool has_averages() const override { return core_.averages() != nullptr; }
 	void use_averages(bool averaged) override;
 	std::vector<NamedTensor> variables() override;
-	bool saves_variables() const override { return my_owner_index_ >= 0; }
+	bool saves_variables() const override { return core_.my_owner() >= 0; }
 	void variables_restored() override;
 	uint64_t check_replicas() const override;
 	const LossScaler& loss_scaler() const override { return loss_scaler_; }
 	StrategyFacts facts() const override;
 
-	const Placement& placement() const { return placement_; }
+	const Placement& placement() const { return core_.placement(); }
 
 private:
 	void take_initial_values();
 	bool injecting() const;
+	int64_t& steps() const { return core_.steps(); }
 	bool finish_owned(float worker_factor, float owner_factor, double* grad_norm);
 
 	const Topology& topology_;
@@ -57,22 +57,12 @@ private:
 	Device device_;
 	StrategyOptions options_;
 	Model* model_;
-	std::vector<Parameter*> parameters_;
-	int worker_index_ = -1, workers_ = 0;
-	int my_owner_index_ = -1; // index into placement_.owners, -1 when this rank owns nothing
-	Placement placement_;
-	CommHandle worker_comm_;
 	// Chosen once: shared memory when every rank shares one host, MPI otherwise. Declared before
-	// owned_, which views the owner's share it holds, so it is destroyed after them.
+	// core_, whose owned slices view the owner's share it holds, so it is destroyed after them.
 	std::unique_ptr<PsTransport> transport_;
-	std::vector<Parameter> owned_;         // this rank's slices: views of the transport's share
-	std::unique_ptr<Optimizer> optimizer_; // over owned_ only
-	std::unique_ptr<VariableAverages> averages_;
+	OwnedVariables core_; // roles, placement; owned slices are views of the transport's share
 	LossScaler loss_scaler_;
 	int micro_batches_ = 0;
-	// Steps taken, "strategy/global_step" (i64 [1], host) among an owner's variables.
-	Tensor global_step_ = Tensor::zeros({1}, DType::i64, Device{});
-	int64_t& steps() const { return *global_step_.data_as<int64_t>(); }
 };
 
 } // namespace tower

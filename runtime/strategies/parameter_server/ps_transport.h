@@ -4,10 +4,10 @@
 #include <memory>
 #include <vector>
 
-#include "runtime/base/device.h"
-#include "runtime/base/parameter.h"
-#include "runtime/base/topology.h"
-#include "runtime/ps_placement.h"
+#include "base/device/device.h"
+#include "base/tensor/parameter.h"
+#include "base/mpi/topology.h"
+#include "runtime/strategies/placement.h"
 
 namespace tower {
 

@@ -1,6 +1,6 @@
 // The parameter-server transport over MPI collectives: gradients reduced to each owner, values
 // broadcast from it, for jobs that span hosts or send 16-bit gradients.
-#include "runtime/ps_transport.h"
+#include "runtime/strategies/parameter_server/ps_transport.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,11 +8,12 @@
 
 #include "collectives/mpi_reduce_ops.h"
 #include "collectives/signature_check.h"
-#include "models/ops.h"
-#include "runtime/base/collective_debug.h"
-#include "runtime/base/mpi_check.h"
-#include "runtime/base/watched_wait.h"
-#include "runtime/timeline.h"
+#include "models/kernels/ops.h"
+#include "base/watchdog/collective_debug.h"
+#include "base/mpi/mpi_check.h"
+#include "base/watchdog/watched_wait.h"
+#include "runtime/observe/timeline.h"
+#include "base/mpi/scalars.h"
 
 namespace tower {
 
@@ -205,10 +206,7 @@ void MpiPsTransport::reduce_to_owners()
 double MpiPsTransport::sum_over_ranks(double partial)
 {
 	check_collective(world_, {"gradient norm all-reduce", sizeof partial, DType::f64});
-	MPI_Request request = MPI_REQUEST_NULL;
-	TOWER_MPI(MPI_Iallreduce(MPI_IN_PLACE, &partial, 1, MPI_DOUBLE, MPI_SUM, world_, &request));
-	wait_request(request, {"parameter server: gradient norm", world_});
-	return partial;
+	return all_reduce_scalar(world_, partial, MPI_SUM, "parameter server: gradient norm");
 }
 
 void MpiPsTransport::publish(bool /*settle*/)

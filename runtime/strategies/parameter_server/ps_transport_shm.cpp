@@ -1,6 +1,6 @@
 // The parameter-server transport through one host's shared memory: owners read the workers'
 // gradients in place and workers copy the owners' new values straight out of the owners' models.
-#include "runtime/ps_transport.h"
+#include "runtime/strategies/parameter_server/ps_transport.h"
 
 #include <algorithm>
 #include <bit>
@@ -10,8 +10,8 @@
 
 #include "collectives/shm_node.h"
 #include "collectives/shm_window.h"
-#include "runtime/base/error.h"
-#include "runtime/timeline.h"
+#include "base/error.h"
+#include "runtime/observe/timeline.h"
 
 namespace tower {
 

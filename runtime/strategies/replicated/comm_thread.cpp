@@ -1,9 +1,9 @@
 // One background thread that runs communication jobs in the order they were submitted.
-#include "runtime/comm_thread.h"
+#include "runtime/strategies/replicated/comm_thread.h"
 
 #include <chrono>
 
-#include "runtime/timeline.h"
+#include "runtime/observe/timeline.h"
 
 namespace tower {
 

@@ -1,4 +1,4 @@
-// How a replicated step turns its reduced gradient buckets into an update; chosen once per builder.
+// How a replicated step turns its reduced gradient buckets into an update; chosen once per engine.
 #pragma once
 
 #include <cstddef>

@@ -1,5 +1,5 @@
-// The replicated-mode builder: keeps every rank's tower in lock-step, one fused all-reduce at a time.
-#include "runtime/replicated_builder.h"
+// The replicated strategy's step engine: keeps every rank's tower in lock-step, one fused all-reduce at a time.
+#include "runtime/strategies/replicated/replicated_engine.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,16 +10,17 @@
 #include "collectives/broadcast_named.h"
 #include "collectives/pack.h"
 #include "collectives/signature_check.h"
-#include "models/ops.h"
-#include "runtime/base/error.h"
-#include "runtime/base/gpu_runtime.h"
-#include "runtime/base/memory.h"
-#include "runtime/base/mpi_check.h"
-#include "runtime/base/watched_wait.h"
-#include "runtime/replica_check.h"
-#include "runtime/sharded_update.h"
-#include "runtime/timeline.h"
-#include "runtime/whole_update.h"
+#include "models/kernels/ops.h"
+#include "base/error.h"
+#include "base/device/gpu_runtime.h"
+#include "base/tensor/memory.h"
+#include "base/mpi/mpi_check.h"
+#include "base/watchdog/watched_wait.h"
+#include "runtime/safety/replica_check.h"
+#include "runtime/strategies/replicated/sharded_update.h"
+#include "runtime/observe/timeline.h"
+#include "runtime/strategies/replicated/whole_update.h"
+#include "base/clock.h"
 
 namespace tower {
 
@@ -28,11 +29,6 @@ namespace {
 // Offsets inside a bucket are aligned so each gradient starts on its own cache line (and on a
 // GPU, on a boundary every kernel's vector loads accept).
 constexpr size_t bucket_alignment = 256;
-
-double seconds(std::chrono::steady_clock::duration d)
-{
-	return std::chrono::duration<double>(d).count();
-}
 
 // The ranks of this rank's replica group (validated already by the all-reduce), in world order.
 CommHandle replica_group_comm(const Topology& topology, const GroupAssignment& groups)
@@ -49,8 +45,8 @@ CommHandle replica_group_comm(const Topology& topology, const GroupAssignment& g
 
 } // namespace
 
-ReplicatedBuilder::ReplicatedBuilder(const Topology& topology, const Device& device, Model& model,
-				     Optimizer& optimizer, const ReplicatedOptions& options)
+ReplicatedEngine::ReplicatedEngine(const Topology& topology, const Device& device, Model& model,
+				     Optimizer& optimizer, const ReplicatedEngineOptions& options)
 	: topology_(topology), device_(device), model_(model), optimizer_(optimizer), options_(options),
 	  parameters_(model.parameters()), loss_scaler_(options.loss_scale)
 {
@@ -62,7 +58,7 @@ ReplicatedBuilder::ReplicatedBuilder(const Topology& topology, const Device& dev
 					      options_.fusion_mb));
 	for (size_t i = 0; i < parameters_.size(); ++i)
 		parameter_index_[parameters_[i]] = i;
-	check_gradient_list();
+	check_gradient_list(topology_.world(), parameters_);
 	all_reduce_ = make_all_reduce(topology_, device_, options_.mode, options_.groups, options_.all_reduce);
 	replica_comm_ = replica_group_comm(topology_, options_.groups);
 	bind_gradients_to_buckets();
@@ -92,7 +88,7 @@ ReplicatedBuilder::ReplicatedBuilder(const Topology& topology, const Device& dev
 	}
 }
 
-ReplicatedBuilder::~ReplicatedBuilder()
+ReplicatedEngine::~ReplicatedEngine()
 {
 	// The gradients are views into the bucket storage, which goes with this object. Copying them
 	// out allocates and copies on the device, which fails after a sticky CUDA error: then (and
@@ -109,7 +105,7 @@ ReplicatedBuilder::~ReplicatedBuilder()
 				continue;
 			} catch (const std::exception& e) {
 				std::fprintf(stderr, "tower: rank %d: the gradients could not be given memory of their "
-					     "own (%s); they are dropped with the replicated builder\n",
+					     "own (%s); they are dropped with the replicated engine\n",
 					     topology_.rank(), e.what());
 				keep = false;
 			}
@@ -118,15 +114,7 @@ ReplicatedBuilder::~ReplicatedBuilder()
 	}
 }
 
-void ReplicatedBuilder::check_gradient_list() const
-{
-	std::vector<NamedTensor> gradients;
-	for (const Parameter* p : parameters_)
-		gradients.push_back({p->name, p->grad});
-	check_signatures(topology_.world(), gradients, 0, "gradient list");
-}
-
-void ReplicatedBuilder::bind_gradients_to_buckets()
+void ReplicatedEngine::bind_gradients_to_buckets()
 {
 	std::vector<TensorSpec> specs;
 	for (const Parameter* p : parameters_)
@@ -161,7 +149,7 @@ void ReplicatedBuilder::bind_gradients_to_buckets()
 	}
 }
 
-std::vector<NamedTensor> ReplicatedBuilder::parameter_tensors() const
+std::vector<NamedTensor> ReplicatedEngine::parameter_tensors() const
 {
 	std::vector<NamedTensor> out;
 	for (const Parameter* p : parameters_)
@@ -169,18 +157,18 @@ std::vector<NamedTensor> ReplicatedBuilder::parameter_tensors() const
 	return out;
 }
 
-std::vector<NamedTensor> ReplicatedBuilder::variables() const
+std::vector<NamedTensor> ReplicatedEngine::variables() const
 {
 	auto out = parameter_tensors();
 	for (auto& s : optimizer_.state())
 		out.push_back(s);
 	for (auto& s : const_cast<LossScaler&>(loss_scaler_).state())
 		out.push_back(s);
-	out.push_back({"strategy/global_step", global_step_});
+	out.push_back({std::string(step_counter_name), global_step_});
 	return out;
 }
 
-size_t ReplicatedBuilder::bytes_per_step() const
+size_t ReplicatedEngine::bytes_per_step() const
 {
 	size_t total = 0;
 	for (const Bucket& b : plan_.buckets)
@@ -188,7 +176,7 @@ size_t ReplicatedBuilder::bytes_per_step() const
 	return total;
 }
 
-size_t ReplicatedBuilder::bytes_moved_per_step() const
+size_t ReplicatedEngine::bytes_moved_per_step() const
 {
 	if (compressed_storage_.empty())
 		return bytes_per_step();
@@ -198,7 +186,7 @@ size_t ReplicatedBuilder::bytes_moved_per_step() const
 	return total;
 }
 
-void ReplicatedBuilder::reduce_bucket(size_t b)
+void ReplicatedEngine::reduce_bucket(size_t b)
 {
 	// On a GPU the collective waits for the kernels queued before it (see the NCCL communicator):
 	// the interval starts when they are done, so waiting for compute is not counted as hidden
@@ -215,7 +203,7 @@ void ReplicatedBuilder::reduce_bucket(size_t b)
 	reduce_intervals_[b] = {start, Clock::now()};
 }
 
-void ReplicatedBuilder::on_gradient_ready(const Parameter& parameter)
+void ReplicatedEngine::on_gradient_ready(const Parameter& parameter)
 {
 	const auto found = parameter_index_.find(&parameter);
 	TOWER_CHECK(found != parameter_index_.end(), "gradient of '{}' reported ready but it is not a registered "
@@ -227,7 +215,7 @@ void ReplicatedBuilder::on_gradient_ready(const Parameter& parameter)
 		comm_thread_->submit([this, b] { reduce_bucket(b); });
 }
 
-void ReplicatedBuilder::poison_if_injecting(const Parameter& parameter)
+void ReplicatedEngine::poison_if_injecting(const Parameter& parameter)
 {
 	if (poisoned_ || steps() != options_.inject_nonfinite_step || topology_.rank() != options_.inject_nonfinite_rank)
 		return;
@@ -236,7 +224,7 @@ void ReplicatedBuilder::poison_if_injecting(const Parameter& parameter)
 	poisoned_ = true;
 }
 
-ForwardResult ReplicatedBuilder::accumulate(const Tensor& images, const Tensor& labels)
+ForwardResult ReplicatedEngine::accumulate(const Tensor& images, const Tensor& labels)
 {
 	const ForwardResult result = forward(images, labels);
 	BackwardOptions options;
@@ -248,7 +236,7 @@ ForwardResult ReplicatedBuilder::accumulate(const Tensor& images, const Tensor& 
 	return result;
 }
 
-void ReplicatedBuilder::backward(bool communicate, StepStats* stats)
+void ReplicatedEngine::backward(bool communicate, StepStats* stats)
 {
 	BackwardOptions options;
 	options.accumulate = micro_batches_ > 0;
@@ -266,7 +254,7 @@ void ReplicatedBuilder::backward(bool communicate, StepStats* stats)
 	++micro_batches_;
 }
 
-StepStats ReplicatedBuilder::step(const Tensor& images, const Tensor& labels, float lr)
+StepStats ReplicatedEngine::step(const Tensor& images, const Tensor& labels, float lr)
 {
 	StepStats stats;
 	stats.loss_scale_log2 = loss_scaler_.log2_scale();
@@ -321,18 +309,18 @@ StepStats ReplicatedBuilder::step(const Tensor& images, const Tensor& labels, fl
 	return stats;
 }
 
-ForwardResult ReplicatedBuilder::evaluate(const Tensor& images, const Tensor& labels)
+ForwardResult ReplicatedEngine::evaluate(const Tensor& images, const Tensor& labels)
 {
 	return model_.forward(images, labels);
 }
 
-ForwardResult ReplicatedBuilder::forward(const Tensor& images, const Tensor& labels)
+ForwardResult ReplicatedEngine::forward(const Tensor& images, const Tensor& labels)
 {
 	timeline::Span span("forward", "compute");
 	return model_.forward(images, labels);
 }
 
-uint64_t ReplicatedBuilder::check_replicas() const
+uint64_t ReplicatedEngine::check_replicas() const
 {
 	return check_replicas_of(replica_comm_.get(), parameter_tensors());
 }

@@ -1,4 +1,4 @@
-// The replicated-mode builder: keeps every rank's tower in lock-step, one fused all-reduce at a time.
+// The replicated strategy's step engine: keeps every rank's tower in lock-step, one fused all-reduce at a time.
 #pragma once
 
 #include <chrono>
@@ -9,45 +9,20 @@
 #include "collectives/all_reduce.h"
 #include "collectives/bucket_plan.h"
 #include "models/model.h"
-#include "runtime/base/named_tensor.h"
+#include "base/tensor/named_tensor.h"
 #include "optim/loss_scale.h"
 #include "optim/optimizer.h"
-#include "runtime/comm_thread.h"
-#include "runtime/gradient_update.h"
-#include "runtime/base/topology.h"
+#include "runtime/strategies/replicated/comm_thread.h"
+#include "runtime/strategies/replicated/gradient_update.h"
+#include "runtime/strategies/strategy.h"
+#include "base/mpi/topology.h"
 
 namespace tower {
 
-struct ReplicatedOptions {
-	AllReduceMode mode = AllReduceMode::ring;
-	ReduceOp reduce = ReduceOp::mean; // mean divides by the replicas of the group
-	double fusion_mb = 25.0;          // bucket threshold; 0 gives one bucket per gradient
-	bool overlap = true;              // all-reduce a bucket as soon as its gradients are ready
-	GroupAssignment groups;           // empty: all ranks reduce together
-	AllReduceOptions all_reduce;
-	DType compress = DType::f32;      // f16 or bf16: all-reduce the gradients in that type
-	LossScaleOptions loss_scale;      // none by default
-	// Where the replicas share a node's memory (CPU towers, hierarchical mode), split the update
-	// across them: see runtime/sharded_update.h. The result is the same either way.
-	bool shard_update = true;
-	// Fault injection for tests and demos: a NaN in one rank's gradient at this step (0-based).
-	int64_t inject_nonfinite_step = -1;
-	int inject_nonfinite_rank = 0;
-};
+// Everything the engine is told: what every strategy shares, and the replicated strategy's own.
+struct ReplicatedEngineOptions : GradientOptions, ReplicatedOptions {};
 
-struct StepStats {
-	ForwardResult forward;        // this rank's loss and correct count
-	double compute_s = 0;         // forward and backward on this rank
-	double allreduce_s = 0;       // time inside all-reduce calls
-	double hidden_fraction = 0;   // the share of all-reduce time that ran during backward
-	size_t allreduce_bytes = 0;   // bytes all-reduced this step, in the type they travel in
-	bool skipped = false;         // a gradient was inf or NaN: no update (on every rank alike)
-	double grad_norm = 0;         // of the reduced, unscaled gradients (inf or NaN when skipped)
-	double loss_scale_log2 = 0;   // the scale the step's loss gradient was multiplied by
-	int micro_batches = 1;        // forward/backward passes that this update sums
-};
-
-class ReplicatedBuilder {
+class ReplicatedEngine {
 	using Clock = std::chrono::steady_clock;
 
 public:
@@ -55,13 +30,13 @@ public:
 	// 0's (tower::AgreedError on every rank naming what differs), plans the fused buckets and
 	// binds each parameter's gradient to its place inside one, then broadcasts rank 0's
 	// parameters and optimizer state to every rank. `model` and `optimizer` must outlive it.
-	ReplicatedBuilder(const Topology& topology, const Device& device, Model& model, Optimizer& optimizer,
-			  const ReplicatedOptions& options);
+	ReplicatedEngine(const Topology& topology, const Device& device, Model& model, Optimizer& optimizer,
+			  const ReplicatedEngineOptions& options);
 	// Gives the gradients (and, after a sharded update, the parameters and optimizer state)
-	// memory of their own again: the model and the optimizer may outlive the builder.
-	~ReplicatedBuilder();
-	ReplicatedBuilder(const ReplicatedBuilder&) = delete;
-	ReplicatedBuilder& operator=(const ReplicatedBuilder&) = delete;
+	// memory of their own again: the model and the optimizer may outlive the engine.
+	~ReplicatedEngine();
+	ReplicatedEngine(const ReplicatedEngine&) = delete;
+	ReplicatedEngine& operator=(const ReplicatedEngine&) = delete;
 
 	// Gradient accumulation: forward and backward of one micro-batch, summing the gradients
 	// locally with no communication. The next step() adds its own micro-batch and divides the
@@ -108,7 +83,6 @@ public:
 	void with_own_variables(const std::function<void()>& body) { update_->with_own_variables(body); }
 
 private:
-	void check_gradient_list() const;
 	void bind_gradients_to_buckets();
 	void on_gradient_ready(const Parameter& parameter);
 	void reduce_bucket(size_t bucket);
@@ -124,7 +98,7 @@ private:
 	Device device_;
 	Model& model_;
 	Optimizer& optimizer_;
-	ReplicatedOptions options_;
+	ReplicatedEngineOptions options_;
 	std::vector<Parameter*> parameters_;
 	std::unordered_map<const Parameter*, size_t> parameter_index_;
 	BucketPlan plan_;
@@ -132,7 +106,7 @@ private:
 	std::vector<Tensor> compressed_storage_; // per bucket, in options_.compress, when compressing
 	LossScaler loss_scaler_;
 	int micro_batches_ = 0; // accumulated since the last step
-	// Steps taken, "strategy/global_step" (i64 [1], host) among the variables: a checkpoint restores it.
+	// Steps taken, step_counter_name (i64 [1], host) among the variables: a checkpoint restores it.
 	Tensor global_step_ = Tensor::zeros({1}, DType::i64, Device{});
 	int64_t& steps() const { return *global_step_.data_as<int64_t>(); }
 	bool poisoned_ = false;

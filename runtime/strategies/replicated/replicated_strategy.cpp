@@ -1,9 +1,9 @@
 // The replicated strategy: every rank holds the whole model and optimizer, kept in lock-step by
-// the replicated-mode builder's fused all-reduce.
-#include "runtime/replicated_strategy.h"
+// the replicated engine's fused all-reduce.
+#include "runtime/strategies/replicated/replicated_strategy.h"
 
 #include "collectives/broadcast_named.h"
-#include "runtime/base/error.h"
+#include "base/error.h"
 
 namespace tower {
 
@@ -33,21 +33,22 @@ ReplicatedStrategy::ReplicatedStrategy(const Topology& topology, const Device& d
 				       const OptimizerConfig& optimizer, const StrategyOptions& options)
 	: topology_(topology), rank_(topology.rank()), world_size_(topology.size()), model_(model),
 	  optimizer_(make_optimizer(optimizer, model.parameters())),
-	  builder_(std::make_unique<ReplicatedBuilder>(topology, device, model, *optimizer_, options.replicated))
+	  engine_(std::make_unique<ReplicatedEngine>(topology, device, model, *optimizer_,
+						     ReplicatedEngineOptions{options.gradients, options.replicated}))
 {
-	// The builder has made every replica rank 0's, so the averages start equal everywhere.
+	// The engine has made every replica rank 0's, so the averages start equal everywhere.
 	if (options.ema_decay)
 		averages_ = std::make_unique<VariableAverages>(*options.ema_decay, parameter_values(model_));
 }
 
 ForwardResult ReplicatedStrategy::accumulate(const Tensor& images, const Tensor& labels)
 {
-	return builder_->accumulate(images, labels);
+	return engine_->accumulate(images, labels);
 }
 
 StepStats ReplicatedStrategy::step(const Tensor& images, const Tensor& labels, float lr)
 {
-	const StepStats stats = builder_->step(images, labels, lr);
+	const StepStats stats = engine_->step(images, labels, lr);
 	if (averages_ && !stats.skipped)
 		averages_->update();
 	return stats;
@@ -55,19 +56,19 @@ StepStats ReplicatedStrategy::step(const Tensor& images, const Tensor& labels, f
 
 ForwardResult ReplicatedStrategy::evaluate(const Tensor& images, const Tensor& labels)
 {
-	return builder_->evaluate(images, labels);
+	return engine_->evaluate(images, labels);
 }
 
 void ReplicatedStrategy::use_averages(bool averaged)
 {
 	TOWER_CHECK(averages_ != nullptr, "use_averages({}) without --ema-decay: no averages are kept", averaged);
 	// Where the node keeps one copy of the parameters, one rank swaps it for the node.
-	builder_->write_variables([&](bool writes) { averages_->swap_in(averaged, writes); });
+	engine_->write_variables([&](bool writes) { averages_->swap_in(averaged, writes); });
 }
 
 std::vector<NamedTensor> ReplicatedStrategy::variables()
 {
-	auto out = builder_->variables();
+	auto out = engine_->variables();
 	if (averages_)
 		for (auto& s : averages_->state())
 			out.push_back(s);
@@ -78,7 +79,7 @@ void ReplicatedStrategy::variables_restored()
 {
 	// Rank 0 read the checkpoint; every replica takes its values, device and host tensors apart,
 	// into a copy of its own (the broadcast writes on every rank).
-	builder_->with_own_variables([&] {
+	engine_->with_own_variables([&] {
 		std::vector<NamedTensor> device, host;
 		for (auto& v : variables())
 			(v.tensor.device().is_cuda() ? device : host).push_back(v);
@@ -91,17 +92,17 @@ StrategyFacts ReplicatedStrategy::facts() const
 {
 	StrategyFacts f;
 	f.name = "replicated";
-	f.transport = std::string(all_reduce_mode_name(builder_->mode())) + " all-reduce";
+	f.transport = std::string(all_reduce_mode_name(engine_->mode())) + " all-reduce";
 	// Under a sharded update the node's first rank holds the variables its ranks share.
-	if (builder_->holds_variables()) {
-		for (const NamedTensor& p : builder_->parameter_tensors())
+	if (engine_->holds_variables()) {
+		for (const NamedTensor& p : engine_->parameter_tensors())
 			f.parameter_bytes += p.tensor.bytes();
 		f.optimizer_state_bytes = per_element_state_bytes(*optimizer_);
 	}
-	f.gradient_bytes_per_step = builder_->bytes_per_step();
-	f.moved_bytes_per_step = builder_->bytes_moved_per_step();
-	f.buckets = builder_->plan().buckets.size();
-	f.update_is_sharded = builder_->update_is_sharded();
+	f.gradient_bytes_per_step = engine_->bytes_per_step();
+	f.moved_bytes_per_step = engine_->bytes_moved_per_step();
+	f.buckets = engine_->plan().buckets.size();
+	f.update_is_sharded = engine_->update_is_sharded();
 	f.details = {{"max_optimizer_state_bytes", f.optimizer_state_bytes}};
 	if (averages_)
 		f.details["ema_bytes"] = averages_->bytes();

@@ -1,12 +1,12 @@
 // The replicated strategy: every rank holds the whole model and optimizer, kept in lock-step by
-// the replicated-mode builder's fused all-reduce.
+// the replicated engine's fused all-reduce.
 #pragma once
 
 #include <memory>
 
-#include "runtime/replicated_builder.h"
-#include "runtime/strategy.h"
-#include "runtime/variable_averages.h"
+#include "runtime/strategies/replicated/replicated_engine.h"
+#include "runtime/strategies/strategy.h"
+#include "runtime/strategies/variable_averages.h"
 
 namespace tower {
 
@@ -25,8 +25,8 @@ public:
 	std::vector<NamedTensor> variables() override;
 	bool saves_variables() const override { return rank_ == 0; }
 	void variables_restored() override;
-	uint64_t check_replicas() const override { return builder_->check_replicas(); }
-	const LossScaler& loss_scaler() const override { return builder_->loss_scaler(); }
+	uint64_t check_replicas() const override { return engine_->check_replicas(); }
+	const LossScaler& loss_scaler() const override { return engine_->loss_scaler(); }
 	StrategyFacts facts() const override;
 
 private:
@@ -34,7 +34,7 @@ private:
 	int rank_, world_size_;
 	Model& model_;
 	std::unique_ptr<Optimizer> optimizer_;
-	std::unique_ptr<ReplicatedBuilder> builder_; // after optimizer_: it binds the optimizer's state
+	std::unique_ptr<ReplicatedEngine> engine_; // after optimizer_: it binds the optimizer's state
 	std::unique_ptr<VariableAverages> averages_;
 };
 

@@ -1,15 +1,15 @@
 // The optimizer step split across the replicas of one node: each rank reduces, checks and updates
 // one shard of the gradients, parameters and optimizer state, and writes it into every replica.
-#include "runtime/sharded_update.h"
+#include "runtime/strategies/replicated/sharded_update.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
-#include "models/ops.h"
-#include "runtime/base/error.h"
-#include "runtime/base/mpi_check.h"
-#include "runtime/base/watched_wait.h"
+#include "models/kernels/ops.h"
+#include "base/error.h"
+#include "base/mpi/mpi_check.h"
+#include "base/watchdog/watched_wait.h"
 
 namespace tower {
 

@@ -7,9 +7,9 @@
 
 #include "collectives/all_reduce.h"
 #include "collectives/bucket_plan.h"
-#include "runtime/base/parameter.h"
+#include "base/tensor/parameter.h"
 #include "optim/optimizer.h"
-#include "runtime/gradient_update.h"
+#include "runtime/strategies/replicated/gradient_update.h"
 
 namespace tower {
 
@@ -28,7 +28,7 @@ public:
 	static bool applies(AllReduce& all_reduce, const BucketPlan& plan);
 
 	// Collective over the group. Every replica must hold the same values (rank 0's, as after the
-	// builder's broadcast). Moves the parameters' values and the optimizer's per-parameter state
+	// engine's broadcast). Moves the parameters' values and the optimizer's per-parameter state
 	// into one copy per node, shared by its ranks and laid out exactly like the gradient buckets
 	// (same offsets), so one flat range covers the same elements of all three; node rank 0's
 	// values fill it. `gradients` are the bucket storages (memory from `all_reduce`).

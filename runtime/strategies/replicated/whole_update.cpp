@@ -1,9 +1,9 @@
 // The unsharded replicated update: all-reduce whole buckets, then every replica updates everything.
-#include "runtime/whole_update.h"
+#include "runtime/strategies/replicated/whole_update.h"
 
 #include <cmath>
 
-#include "models/ops.h"
+#include "models/kernels/ops.h"
 
 namespace tower {
 

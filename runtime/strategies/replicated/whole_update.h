@@ -6,8 +6,8 @@
 #include "collectives/all_reduce.h"
 #include "collectives/bucket_plan.h"
 #include "optim/optimizer.h"
-#include "runtime/base/device.h"
-#include "runtime/gradient_update.h"
+#include "base/device/device.h"
+#include "runtime/strategies/replicated/gradient_update.h"
 
 namespace tower {
 

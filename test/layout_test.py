@@ -1,0 +1,44 @@
+#!/usr/bin/env python3
+"""The tree's layering holds: each folder includes only the folders below it (base/ none of the
+others; collectives/, optim/, models/ and data/ only base/; runtime/ none of cli/), the public
+strategy interface includes no strategy's engine, and runtime/ keeps at most a dozen files at its
+top level. Usage: layout_test.py SOURCE_ROOT"""
+import os
+import re
+import sys
+
+root = sys.argv[1]
+allowed = {
+    "base": {"base"},
+    "collectives": {"base", "collectives"},
+    "optim": {"base", "optim"},
+    "models": {"base", "models"},
+    "data": {"base", "data"},
+    "runtime": {"base", "collectives", "optim", "models", "data", "runtime"},
+}
+include = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/[^"]+"', re.M)
+failures = []
+for folder, ok in allowed.items():
+    for dirpath, _, names in os.walk(os.path.join(root, folder)):
+        for name in names:
+            if not name.endswith((".h", ".cpp", ".cu", ".cuh")):
+                continue
+            path = os.path.join(dirpath, name)
+            with open(path) as f:
+                for top in include.findall(f.read()):
+                    if top not in ok:
+                        failures.append(f"{os.path.relpath(path, root)} includes {top}/, above {folder}/")
+
+with open(os.path.join(root, "runtime/strategies/strategy.h")) as f:
+    for line in f:
+        if re.match(r'\s*#\s*include\s+"runtime/strategies/[a-z_]+/', line):
+            failures.append(f"runtime/strategies/strategy.h, the public interface, includes an engine: {line.strip()}")
+
+top = [n for n in os.listdir(os.path.join(root, "runtime")) if os.path.isfile(os.path.join(root, "runtime", n))]
+if len(top) > 12:
+    failures.append(f"runtime/ has {len(top)} files at its top level (at most 12): {sorted(top)}")
+
+if failures:
+    print("\n".join(failures))
+    sys.exit(1)
+print("layout test: every folder includes only the folders below it")
