@@ -76,8 +76,10 @@ def build_reference(source_root, build_root, commit):
     """The reference commit's tower, built once into BUILD_ROOT/replica-hash-reference; None and a
     reason when it cannot be had."""
     top = os.path.join(build_root, "replica-hash-reference")
-    tower = os.path.join(top, "build", "tower")
-    if os.path.exists(tower):
+    build = os.path.join(top, "build")
+    tower = os.path.join(build, "tower")
+    done = os.path.join(top, "built")  # written last: a build cut short is started again
+    if os.path.exists(done):
         return tower, None
     if subprocess.run(["git", "-C", source_root, "cat-file", "-e", commit + "^{commit}"],
                       capture_output=True).returncode != 0:
@@ -90,11 +92,10 @@ def build_reference(source_root, build_root, commit):
     if archive.wait() != 0:
         sys.exit(f"git archive {commit} failed")
     print(f"no recorded hashes for this machine: building reference commit {commit} in {top}", flush=True)
-    partial = os.path.join(top, "build.partial")
-    subprocess.run(["meson", "setup", partial, src, "-Dcuda=disabled"], check=True, stdout=subprocess.DEVNULL)
-    subprocess.run(["ninja", "-C", partial, "-j", os.environ.get("TOWER_BUILD_JOBS", "2"), "tower"], check=True,
+    subprocess.run(["meson", "setup", build, src, "-Dcuda=disabled"], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(["ninja", "-C", build, "-j", os.environ.get("TOWER_BUILD_JOBS", "2"), "tower"], check=True,
                    stdout=subprocess.DEVNULL)
-    os.rename(partial, os.path.join(top, "build"))
+    open(done, "w").close()
     return tower, None
 
 
