@@ -85,4 +85,10 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, const s
 	return std::make_unique<Adam>(parameters, adam_coeffs(config, config.name == "adamw"));
 }
 
+void Optimizer::reset_state()
+{
+	for (NamedTensor& s : state())
+		s.tensor.zero();
+}
+
 } // namespace tower

@@ -59,6 +59,9 @@ public:
 	// "<name>/momentum" or "<name>/adam_m" and "<name>/adam_v", and "optimizer/step" (i64 [1],
 	// the number of steps taken). Writing into them (a broadcast, a restore) changes the state.
 	virtual std::vector<NamedTensor> state() = 0;
+	// Zeroes every state tensor, the step counter included: the next update is a first one
+	// again (the StyleGAN2 seed's reset_optimizer_state).
+	void reset_state();
 
 	virtual std::string name() const = 0;
 

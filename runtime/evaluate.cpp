@@ -12,10 +12,10 @@
 
 namespace tower {
 
-EvalResult evaluate_test_set(Strategy& strategy, const Dataset& test, int64_t batch, const Device& device,
+EvalResult evaluate_test_set(Tower& tower, const Dataset& test, int64_t batch, const Device& device,
 			     MPI_Comm comm)
 {
-	const int64_t w = strategy.worker_index(), workers = strategy.workers();
+	const int64_t w = tower.worker_index(), workers = tower.workers();
 	const int64_t begin = w < 0 ? 0 : test.count * w / workers;
 	const int64_t end = w < 0 ? 0 : test.count * (w + 1) / workers;
 	std::vector<int64_t> indices(static_cast<size_t>(end - begin));
@@ -29,7 +29,7 @@ EvalResult evaluate_test_set(Strategy& strategy, const Dataset& test, int64_t ba
 		auto it = assemblers.try_emplace(n, test, n, device).first;
 		const Batch& b = it->second.assemble(std::span<const int64_t>(indices).subspan(static_cast<size_t>(at),
 											   static_cast<size_t>(n)));
-		const ForwardResult r = strategy.evaluate(b.images, b.labels);
+		const ForwardResult r = tower.evaluate(b.images, b.labels);
 		totals[0] += static_cast<double>(r.loss) * static_cast<double>(n);
 		totals[1] += static_cast<double>(r.correct);
 	}

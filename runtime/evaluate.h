@@ -6,7 +6,7 @@
 #include <mpi.h>
 
 #include "data/fashion_mnist.h"
-#include "runtime/strategies/strategy.h"
+#include "runtime/tower.h"
 
 namespace tower {
 
@@ -16,10 +16,10 @@ struct EvalResult {
 	int64_t samples = 0;
 };
 
-// Collective over `comm` (every rank of the strategy): worker w evaluates the w-th contiguous
+// Collective over `comm` (every rank of the tower's strategy): worker w evaluates the w-th contiguous
 // slice of `test` in batches of at most `batch` with the variables its model holds; a rank that
 // only serves variables contributes nothing. Every rank returns the same totals.
-EvalResult evaluate_test_set(Strategy& strategy, const Dataset& test, int64_t batch, const Device& device,
+EvalResult evaluate_test_set(Tower& tower, const Dataset& test, int64_t batch, const Device& device,
 			     MPI_Comm comm);
 
 } // namespace tower

@@ -86,6 +86,14 @@ ScheduleConfig schedule_for(const TrainerConfig& c, int64_t total_steps)
 	return s;
 }
 
+// The trainer's own agreement check covers the whole run, the optimizer's options included.
+DistributedOptimizerSettings unchecked()
+{
+	DistributedOptimizerSettings s;
+	s.check_agreement = false;
+	return s;
+}
+
 int64_t max_over_ranks(MPI_Comm comm, int64_t value)
 {
 	return all_reduce_scalar(comm, value, MPI_MAX, "summary totals");
@@ -116,7 +124,7 @@ public:
 	Run(const Topology& topology, const Device& device, Model& model, const Dataset& train, const Dataset& test,
 	    const TrainerConfig& c);
 	nlohmann::json run();
-	Strategy& strategy() { return *strategy_; }
+	Tower& tower() { return *tower_; }
 
 private:
 	void train_step(int epoch, int64_t update_in_epoch);
@@ -132,7 +140,7 @@ private:
 	void evaluate(int epoch);
 	nlohmann::json finish();
 	nlohmann::json strategy_metrics() const;
-	int64_t samples_per_step() const { return c_.batch * c_.accumulate * strategy_->workers(); }
+	int64_t samples_per_step() const { return c_.batch * c_.accumulate * tower_->workers(); }
 
 	TrainerConfig c_;
 	const Topology& topology_;
@@ -142,7 +150,7 @@ private:
 	timeline::Recording timeline_; // started before the strategy is built: spans there are recorded too
 	const Dataset& train_;
 	const Dataset& test_;
-	std::unique_ptr<Strategy> strategy_;
+	std::unique_ptr<Tower> tower_;
 	StrategyFacts facts_;
 	DistributedSampler sampler_;
 	BatchAssembler assembler_;
@@ -170,20 +178,22 @@ Trainer::Run::Run(const Topology& topology, const Device& device, Model& model, 
 	: c_(c), topology_(topology), device_(device), agreed_(check_agreement(topology, device, model, train, test, c)),
 	  metrics_(open_metrics(topology.world(), topology.rank(), c.metrics_path)),
 	  timeline_(topology.world(), c.timeline_path),
-	  train_(train), test_(test), strategy_(build_strategy(topology, device, model, c.optimizer, c.strategy)),
-	  facts_(strategy_->facts()),
-	  sampler_(train.count, c.batch, std::max(strategy_->worker_index(), 0), strategy_->workers(), c.data_seed),
+	  train_(train), test_(test),
+	  tower_(std::make_unique<Tower>(topology, device, model, c.optimizer, c.strategy, unchecked())),
+	  facts_(tower_->facts()),
+	  sampler_(train.count, c.batch, std::max(tower_->worker_index(), 0), tower_->workers(), c.data_seed),
 	  assembler_(train, c.batch, device), total_steps_(planned_steps(c, sampler_.steps_per_epoch())),
 	  schedule_(make_schedule(schedule_for(c, total_steps_))),
 	  progress_(topology.rank() == 0, stdout_is_terminal()),
-	  checkpointer_(topology, c.checkpoint, *strategy_, facts_.name, [this](const std::string& line) { progress_.say(line); })
+	  checkpointer_(topology, c.checkpoint, {&tower_->optimizer()}, facts_.name, [this](const std::string& line) { progress_.say(line); })
 {
 	// Rank 0 saves one replica; replica groups each hold their own.
 	if ((checkpointer_.saving() || c.checkpoint.resume) && !c.strategy.replicated.groups.empty())
 		throw AgreedError("--groups: each replica group holds its own parameters and a checkpoint saves rank 0's "
 				  "replica only; drop --groups or the checkpoint options");
-	if ((checkpointer_.saving() || c.checkpoint.resume) && !strategy_->why_no_checkpoints().empty())
-		throw AgreedError(strategy_->why_no_checkpoints());
+	const std::string why_not = tower_->optimizer().strategy().why_no_checkpoints();
+	if ((checkpointer_.saving() || c.checkpoint.resume) && !why_not.empty())
+		throw AgreedError(why_not);
 }
 
 void Trainer::Run::train_step(int epoch, int64_t update_in_epoch)
@@ -194,19 +204,19 @@ void Trainer::Run::train_step(int epoch, int64_t update_in_epoch)
 	set_wait_step(step_);
 	const auto start = Clock::now();
 	StepStats s;
-	if (strategy_->is_worker()) {
+	if (tower_->is_worker()) {
 		const int64_t first = update_in_epoch * c_.accumulate;
 		for (int64_t m = first; m + 1 < first + c_.accumulate; ++m) {
 			const Batch& micro = assemble(epoch, m);
-			strategy_->accumulate(micro.images, micro.labels);
+			tower_->accumulate(micro.images, micro.labels);
 		}
 		const Batch& batch = assemble(epoch, first + c_.accumulate - 1);
 		// A straggler: lock-step strategies wait for it inside the step.
 		if (topology_.rank() == c_.strategy.inject_delay_rank)
 			std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(c_.strategy.inject_delay_ms));
-		s = strategy_->step(batch.images, batch.labels, lr_);
+		s = tower_->step(batch.images, batch.labels, lr_);
 	} else {
-		s = strategy_->step(Tensor{}, Tensor{}, lr_);
+		s = tower_->step(Tensor{}, Tensor{}, lr_);
 	}
 	record(s, seconds_since(start));
 	if (step_ % c_.log_every == 0 || step_ == total_steps_) {
@@ -215,7 +225,7 @@ void Trainer::Run::train_step(int epoch, int64_t update_in_epoch)
 	}
 	if (c_.check_every > 0 && step_ % c_.check_every == 0) {
 		timeline::Span check("check replicas", "wait");
-		strategy_->check_replicas();
+		tower_->check_replicas();
 	}
 	const bool epoch_done = update_in_epoch + 1 == updates_per_epoch(c_, sampler_.steps_per_epoch());
 	next_epoch_ = epoch_done ? epoch + 1 : epoch;
@@ -276,7 +286,7 @@ void Trainer::Run::record(const StepStats& s, double took)
 	skipped_ += s.skipped ? 1 : 0;
 	// A server has no batch: its steps count for time but not for the loss.
 	window_.updates += 1;
-	window_.worker_steps += strategy_->is_worker() ? 1 : 0;
+	window_.worker_steps += tower_->is_worker() ? 1 : 0;
 	window_.skipped += s.skipped ? 1 : 0;
 	window_.loss += s.forward.loss;
 	window_.compute_s += s.compute_s;
@@ -320,7 +330,7 @@ void Trainer::Run::log_window()
 	p.samples_per_s = samples_per_s;
 	p.eta_s = train_s_ / static_cast<double>(std::max<int64_t>(step_ - resumed_step_, 1)) * static_cast<double>(total_steps_ - step_);
 	p.extra = fmt::format("lr {:.4g}  |g| {:.3g}  scale 2^{:.2f}  skipped {}  comm {:.2f} ms/step", lr_, grad_norm,
-			      strategy_->loss_scaler().log2_scale(), skipped_, allreduce_ms);
+			      tower_->loss_scaler().log2_scale(), skipped_, allreduce_ms);
 	progress_.update(p);
 	nlohmann::json line = {{"event", "step"},
 			       {"step", step_},
@@ -333,7 +343,7 @@ void Trainer::Run::log_window()
 			       {"compute_ms", 1e3 * window_.compute_s / window_steps},
 			       {"hidden_fraction", window_.allreduce_s > 0 ? window_.hidden_s / window_.allreduce_s : 0.0},
 			       {"grad_norm", std::isfinite(grad_norm) ? nlohmann::json(grad_norm) : nlohmann::json()},
-			       {"loss_scale_log2", strategy_->loss_scaler().log2_scale()},
+			       {"loss_scale_log2", tower_->loss_scaler().log2_scale()},
 			       {"overflow_frequency", overflow_frequency},
 			       {"skipped_steps", skipped_},
 			       {"peak_memory_bytes", peak_memory_}};
@@ -347,7 +357,7 @@ void Trainer::Run::evaluate(int epoch)
 	const auto start = Clock::now();
 	timeline::Span span("evaluate", "eval");
 	span.arg("epoch", epoch + 1);
-	last_eval_.raw = evaluate_test_set(*strategy_, test_, c_.batch, device_, topology_.world());
+	last_eval_.raw = evaluate_test_set(*tower_, test_, c_.batch, device_, topology_.world());
 	last_eval_.done = true;
 	std::string averaged_text;
 	nlohmann::json line = {{"event", "eval"},
@@ -355,10 +365,10 @@ void Trainer::Run::evaluate(int epoch)
 			       {"epoch", epoch + 1},
 			       {"test_accuracy", last_eval_.raw.accuracy},
 			       {"test_loss", last_eval_.raw.loss}};
-	if (strategy_->has_averages()) {
-		strategy_->use_averages(true);
-		last_eval_.averaged = evaluate_test_set(*strategy_, test_, c_.batch, device_, topology_.world());
-		strategy_->use_averages(false);
+	if (tower_->has_averages()) {
+		tower_->use_averages(true);
+		last_eval_.averaged = evaluate_test_set(*tower_, test_, c_.batch, device_, topology_.world());
+		tower_->use_averages(false);
 		last_eval_.has_averaged = true;
 		averaged_text = fmt::format("  averaged {:.2f}%", 100.0 * last_eval_.averaged.accuracy);
 		line["test_accuracy_ema"] = last_eval_.averaged.accuracy;
@@ -373,7 +383,7 @@ void Trainer::Run::evaluate(int epoch)
 nlohmann::json Trainer::Run::finish()
 {
 	// A dedicated server holds no whole model and reports 0: rank 0 prints the workers' hash.
-	const uint64_t hash = all_reduce_scalar(topology_.world(), strategy_->check_replicas(), MPI_MAX, "summary: replica hash");
+	const uint64_t hash = all_reduce_scalar(topology_.world(), tower_->check_replicas(), MPI_MAX, "summary: replica hash");
 	// Steps before a resume took no time in this run; detached strategies count what was applied.
 	const double samples_per_s = detached_totals_.is_null()
 		? static_cast<double>((step_ - resumed_step_) * samples_per_step()) / std::max(train_s_, 1e-9)
@@ -384,13 +394,13 @@ nlohmann::json Trainer::Run::finish()
 	summary.update({
 		{"event", "summary"},
 		{"world_size", topology_.size()},
-		{"workers", strategy_->workers()},
+		{"workers", tower_->workers()},
 		{"transport", facts_.transport},
 		{"steps", step_},
 		{"global_batch", samples_per_step()},
 		{"accumulate", c_.accumulate},
 		{"skipped_steps", skipped_},
-		{"loss_scale_log2", strategy_->loss_scaler().log2_scale()},
+		{"loss_scale_log2", tower_->loss_scaler().log2_scale()},
 		{"peak_memory_bytes", peak_memory_},
 		{"samples_per_s", samples_per_s},
 		{"train_s", train_s_},
@@ -414,7 +424,7 @@ nlohmann::json Trainer::Run::finish()
 		summary.update(detached_totals_);
 		summary["updates_per_s"] = static_cast<double>(step_) / std::max(train_s_, 1e-9);
 	}
-	if (strategy_->has_averages())
+	if (tower_->has_averages())
 		summary["test_accuracy_ema"] =
 			last_eval_.has_averaged ? nlohmann::json(last_eval_.averaged.accuracy) : nlohmann::json();
 	metrics_.write(summary);
@@ -433,7 +443,7 @@ nlohmann::json Trainer::Run::finish()
 nlohmann::json Trainer::Run::run()
 {
 	progress_.say(fmt::format("tower train: {} strategy on {} rank(s) ({} worker(s), {}), global batch {}{}, {} steps, {}{}",
-				  facts_.name, topology_.size(), strategy_->workers(), device_.name(), samples_per_step(),
+				  facts_.name, topology_.size(), tower_->workers(), device_.name(), samples_per_step(),
 				  c_.accumulate > 1 ? fmt::format(" ({} micro-batches)", c_.accumulate) : std::string(),
 				  total_steps_, facts_.transport,
 				  facts_.update_is_sharded ? " (update sharded across the node)" : ""));
@@ -441,7 +451,7 @@ nlohmann::json Trainer::Run::run()
 		progress_.say(facts_.layout);
 	if (facts_.details.contains("placement"))
 		metrics_.write({{"event", "placement"}, {"placement", facts_.details["placement"]}});
-	if (DetachedStrategy* detached = strategy_->detached())
+	if (DetachedStrategy* detached = tower_->detached())
 		return run_detached(*detached);
 	int64_t first_update = 0;
 	resume(&first_update);
@@ -472,13 +482,13 @@ nlohmann::json Trainer::Run::run_detached(DetachedStrategy& detached)
 	plan.on_window = [this](const nlohmann::json& window) { log_detached_window(window); };
 	detached.start(plan);
 	const auto start = Clock::now();
-	if (strategy_->is_worker()) {
+	if (tower_->is_worker()) {
 		// Each worker walks its own shard, epoch after epoch, for as long as the chief grants tokens.
 		const int64_t per_epoch = sampler_.steps_per_epoch();
 		for (int64_t k = 0;; ++k) {
 			const Batch& batch = assembler_.assemble(sampler_.shard(k / per_epoch, k % per_epoch));
 			StepStats s;
-			if (!detached.work(batch.images, batch.labels, &s))
+			if (!tower_->work(batch.images, batch.labels, &s))
 				break;
 			compute_s_ += s.compute_s;
 			allreduce_s_ += s.allreduce_s;
@@ -532,9 +542,9 @@ nlohmann::json Trainer::run()
 	return run_->run();
 }
 
-Strategy& Trainer::strategy()
+Tower& Trainer::tower()
 {
-	return run_->strategy();
+	return run_->tower();
 }
 
 } // namespace tower

@@ -15,7 +15,7 @@
 #include "base/mpi/topology.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/safety/run_fingerprint.h"
-#include "runtime/strategies/strategy.h"
+#include "runtime/tower.h"
 
 namespace tower {
 
@@ -42,7 +42,8 @@ struct TrainerConfig {
 };
 
 // Trains `model` on `train` (and evaluates on `test` when it holds samples). Construction is
-// collective over the topology's world and builds the strategy. The model, the data sets and the
+// collective over the topology's world and builds the tower (the model and its distributed
+// optimizer). The model, the data sets and the
 // topology must outlive the trainer.
 class Trainer {
 public:
@@ -56,7 +57,7 @@ public:
 	// object on every rank).
 	nlohmann::json run();
 
-	Strategy& strategy();
+	Tower& tower();
 
 private:
 	class Run;

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <thread>
 
 #include <fmt/ranges.h>
@@ -133,13 +134,20 @@ nlohmann::json verify_checkpoint(const std::string& step_dir)
 	return manifest;
 }
 
-Checkpointer::Checkpointer(const Topology& topology, const CheckpointConfig& config, Strategy& strategy,
-			   std::string strategy_name, std::function<void(const std::string&)> say)
-	: topology_(topology), config_(config), strategy_(strategy), strategy_name_(std::move(strategy_name)),
+Checkpointer::Checkpointer(const Topology& topology, const CheckpointConfig& config,
+			   std::vector<DistributedOptimizer*> optimizers, std::string strategy_name,
+			   std::function<void(const std::string&)> say)
+	: topology_(topology), config_(config), optimizers_(std::move(optimizers)), strategy_name_(std::move(strategy_name)),
 	  say_(std::move(say)), comm_(duplicate_comm(topology.world()))
 {
 	if (config_.keep < 1)
 		throw AgreedError(fmt::format("--keep-checkpoints {}: keep at least 1", config_.keep));
+	std::set<std::string> names;
+	for (const DistributedOptimizer* o : optimizers_)
+		if (optimizers_.size() > 1 && (o->name().empty() || !names.insert(o->name()).second))
+			throw AgreedError(fmt::format("checkpoints of {} optimizers need a distinct name for each ('{}' is "
+						      "empty or repeated): their variables are saved under it",
+						      optimizers_.size(), o->name()));
 	if (config_.every < 0)
 		throw AgreedError(fmt::format("--checkpoint-every {}: give a number of steps, or 0 for the end only",
 					      config_.every));
@@ -194,11 +202,11 @@ double Checkpointer::save(const TrainingPosition& position)
 		});
 	agree(topology_.world(), problem);
 
-	if (strategy_.saves_variables()) {
+	if (saves_variables()) {
 		// A host copy is all training waits for; the checksums and the file are made beside the
 		// next steps.
 		std::vector<NamedTensor> copies;
-		for (const auto& v : strategy_.variables()) {
+		for (const auto& v : variables()) {
 			copies.push_back({v.name, Tensor::empty(v.tensor.shape(), v.tensor.dtype(), Device{})});
 			copies.back().tensor.copy_from(v.tensor);
 		}
@@ -359,6 +367,25 @@ std::string Checkpointer::choose(std::string* manifest_text) const
 				list.size(), where));
 }
 
+bool Checkpointer::saves_variables() const
+{
+	for (const DistributedOptimizer* o : optimizers_)
+		if (o->saves_variables())
+			return true;
+	return false;
+}
+
+std::vector<NamedTensor> Checkpointer::variables() const
+{
+	// Each optimizer's own names ("G/...", "D/...") keep them apart in the one file of a rank.
+	std::vector<NamedTensor> all;
+	for (DistributedOptimizer* o : optimizers_)
+		if (o->saves_variables())
+			for (auto& v : o->variables())
+				all.push_back(v);
+	return all;
+}
+
 void Checkpointer::load_variables(const std::string& step_dir)
 {
 	// At another world size only replicated state resumes, and rank 0 holds all of it.
@@ -367,7 +394,7 @@ void Checkpointer::load_variables(const std::string& step_dir)
 	const CheckpointFile file = read_checkpoint_file(path);
 	std::vector<std::string> wrong;
 	size_t matched = 0;
-	for (auto& v : strategy_.variables()) {
+	for (auto& v : variables()) {
 		const CheckpointEntry* e = file.find(v.name);
 		if (e == nullptr) {
 			wrong.push_back(fmt::format("'{}' is missing", v.name));
@@ -422,10 +449,11 @@ std::optional<TrainingPosition> Checkpointer::restore(int64_t samples_per_update
 				 saved_world, topology_.size(), saved_world));
 	}
 	problem.clear();
-	if (strategy_.saves_variables())
+	if (saves_variables())
 		problem = problem_of([&] { load_variables(step_dir); });
 	agree(world, problem);
-	strategy_.variables_restored();
+	for (DistributedOptimizer* o : optimizers_)
+		o->variables_restored();
 
 	TrainingPosition p = position_from(manifest.at("position"));
 	if (p.samples_per_update != samples_per_update) {

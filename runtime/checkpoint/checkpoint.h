@@ -11,7 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/mpi/topology.h"
-#include "runtime/strategies/strategy.h"
+#include "runtime/distributed_optimizer.h"
 
 namespace tower {
 
@@ -49,9 +49,11 @@ nlohmann::json verify_checkpoint(const std::string& step_dir);
 
 class Checkpointer {
 public:
-	// `strategy` and `topology` must outlive it. `say` prints a line on rank 0.
-	Checkpointer(const Topology& topology, const CheckpointConfig& config, Strategy& strategy, std::string strategy_name,
-		     std::function<void(const std::string&)> say);
+	// Saves and restores every optimizer of the program (each one's variables carry its name);
+	// they and `topology` must outlive it. `strategy_name` is recorded in the manifest and must
+	// match on resume. `say` prints a line on rank 0.
+	Checkpointer(const Topology& topology, const CheckpointConfig& config, std::vector<DistributedOptimizer*> optimizers,
+		     std::string strategy_name, std::function<void(const std::string&)> say);
 	// Waits for a checkpoint still being written (not collective: it completes this rank's part).
 	~Checkpointer();
 	Checkpointer(const Checkpointer&) = delete;
@@ -73,7 +75,7 @@ public:
 	void wait();
 
 	// Collective, when the config asks to resume: loads the latest valid checkpoint into the
-	// strategy (a corrupt one gives a warning naming the file and the previous one is tried) and
+	// optimizers (a corrupt one gives a warning naming the file and the previous one is tried) and
 	// returns where to continue. Throws tower::AgreedError on every rank when no checkpoint is
 	// valid, when options differ, or when the world size differs for a strategy that cannot
 	// change it. nullopt when not resuming.
@@ -85,13 +87,15 @@ private:
 	std::vector<std::string> candidates() const;
 	std::string choose(std::string* manifest_text) const;
 	void load_variables(const std::string& step_dir);
+	bool saves_variables() const;
+	std::vector<NamedTensor> variables() const;
 	void start_agreement();
 	void write_manifest(const Pending& p) const;
 	void prune(int64_t just_written) const;
 
 	const Topology& topology_;
 	CheckpointConfig config_;
-	Strategy& strategy_;
+	std::vector<DistributedOptimizer*> optimizers_;
 	std::string strategy_name_;
 	std::function<void(const std::string&)> say_;
 	CommHandle comm_; // private: the completion vote of a checkpoint runs on it in the background

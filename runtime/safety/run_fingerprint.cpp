@@ -117,9 +117,13 @@ void describe(RunFingerprint& f, const TrainerConfig& c)
 
 void describe(RunFingerprint& f, Model& model, const Device& device)
 {
+	describe_parameters(f, model.parameters(), device);
+}
+
+void describe_parameters(RunFingerprint& f, const std::vector<Parameter*>& parameters, const Device& device)
+{
 	std::string signature;
 	int64_t elements = 0;
-	const auto parameters = model.parameters();
 	for (const Parameter* p : parameters) {
 		signature += fmt::format("{} {} {};", p->name, dtype_name(p->value.dtype()), shape_text(p->value.shape()));
 		elements += p->value.numel();

@@ -28,6 +28,7 @@ struct ScheduleConfig;
 struct StrategyOptions;
 struct TrainerConfig;
 class Model;
+struct Parameter;
 
 class RunFingerprint {
 public:
@@ -50,6 +51,7 @@ void describe(RunFingerprint& f, const ScheduleConfig& s);
 void describe(RunFingerprint& f, const StrategyOptions& s);
 void describe(RunFingerprint& f, const TrainerConfig& c);
 void describe(RunFingerprint& f, Model& model, const Device& device);
+void describe_parameters(RunFingerprint& f, const std::vector<Parameter*>& parameters, const Device& device);
 void describe(RunFingerprint& f, const Dataset& data, std::string_view split);
 void describe_build(RunFingerprint& f);
 

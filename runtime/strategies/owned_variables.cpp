@@ -24,8 +24,9 @@ void check_server_count(int ps_ranks, int world_size)
 
 } // namespace
 
-OwnedVariables::OwnedVariables(const Topology& topology, Model& model, const StrategyOptions& options)
-	: parameters_(model.parameters())
+OwnedVariables::OwnedVariables(const Topology& topology, const std::vector<Parameter*>& parameters,
+			       const StrategyOptions& options)
+	: parameters_(parameters)
 {
 	check_server_count(options.ps_ranks, topology.size());
 	check_gradient_list(topology.world(), parameters_);
@@ -76,7 +77,7 @@ std::vector<Parameter*> OwnedVariables::owned_pointers()
 	return out;
 }
 
-std::vector<NamedTensor> OwnedVariables::variables(LossScaler& scaler)
+std::vector<NamedTensor> OwnedVariables::variables()
 {
 	std::vector<NamedTensor> out;
 	for (const Parameter& p : owned)
@@ -84,8 +85,6 @@ std::vector<NamedTensor> OwnedVariables::variables(LossScaler& scaler)
 	if (optimizer_)
 		for (auto& s : optimizer_->state())
 			out.push_back(s);
-	for (auto& s : scaler.state())
-		out.push_back(s);
 	if (averages_)
 		for (auto& s : averages_->state())
 			out.push_back(s);

@@ -21,7 +21,7 @@ public:
 	// Collective over the world: checks --ps-ranks and every rank's gradient list against rank
 	// 0's (tower::AgreedError naming what differs), places the variables' slices on the owners,
 	// and splits off the workers' communicator.
-	OwnedVariables(const Topology& topology, Model& model, const StrategyOptions& options);
+	OwnedVariables(const Topology& topology, const std::vector<Parameter*>& parameters, const StrategyOptions& options);
 
 	// The owners' optimizer and moving averages over `owned`, once it is bound.
 	void start_owning(const OptimizerConfig& optimizer, std::optional<double> ema_decay);
@@ -47,8 +47,8 @@ public:
 	int64_t& steps() const { return *global_step_.data_as<int64_t>(); }
 
 	// An owner's share of the training state, as a checkpoint sees it: its slices, optimizer
-	// state, the loss scale, averages, and the step counter.
-	std::vector<NamedTensor> variables(LossScaler& scaler);
+	// state, averages, and the step counter.
+	std::vector<NamedTensor> variables();
 	// Collective: the workers' models are equal (0 on a server, which holds none).
 	uint64_t check_replicas() const;
 	// The facts every owner strategy reports alike; the caller adds its transport's.

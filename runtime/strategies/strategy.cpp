@@ -7,7 +7,6 @@
 #include "runtime/strategies/detached/detached_strategy.h"
 #include "runtime/strategies/parameter_server/parameter_server.h"
 #include "runtime/strategies/replicated/replicated_strategy.h"
-#include "runtime/safety/run_fingerprint.h"
 #include "runtime/strategies/variable_averages.h"
 
 namespace tower {
@@ -17,21 +16,8 @@ std::vector<std::string> strategy_names()
 	return {"replicated", "parameter-server", "async", "sync-replicas"};
 }
 
-std::unique_ptr<Strategy> make_strategy(const Topology& topology, const Device& device, Model& model,
+std::unique_ptr<Strategy> make_strategy(const Topology& topology, const Device& device, const ParameterSet& parameters,
 					const OptimizerConfig& optimizer, const StrategyOptions& options)
-{
-	// A program that builds a strategy itself gets the check the trainer makes of its whole run.
-	RunFingerprint f;
-	describe(f, options);
-	describe(f, optimizer);
-	describe(f, model, device);
-	describe_build(f);
-	check_run_agreement(topology.world(), f);
-	return build_strategy(topology, device, model, optimizer, options);
-}
-
-std::unique_ptr<Strategy> build_strategy(const Topology& topology, const Device& device, Model& model,
-					 const OptimizerConfig& optimizer, const StrategyOptions& options)
 {
 	if (options.ema_decay)
 		VariableAverages::check_decay(*options.ema_decay);
@@ -39,17 +25,17 @@ std::unique_ptr<Strategy> build_strategy(const Topology& topology, const Device&
 		if (options.ps_ranks != 0)
 			throw AgreedError(fmt::format("--ps-ranks {}: server ranks belong to the parameter-server strategy; "
 						      "add --strategy parameter-server or drop --ps-ranks", options.ps_ranks));
-		return std::make_unique<ReplicatedStrategy>(topology, device, model, optimizer, options);
+		return std::make_unique<ReplicatedStrategy>(topology, device, parameters, optimizer, options);
 	}
 	if (options.name != "sync-replicas" && options.replicas_to_aggregate != 0)
 		throw AgreedError(fmt::format("--replicas-to-aggregate {}: belongs to --strategy sync-replicas; drop it",
 					      options.replicas_to_aggregate));
 	if (options.name == "parameter-server")
-		return std::make_unique<ParameterServerStrategy>(topology, device, model, optimizer, options);
+		return std::make_unique<ParameterServerStrategy>(topology, device, parameters, optimizer, options);
 	if (options.name == "async")
-		return make_async_strategy(topology, device, model, optimizer, options);
+		return make_async_strategy(topology, device, parameters, optimizer, options);
 	if (options.name == "sync-replicas")
-		return make_sync_replicas_strategy(topology, device, model, optimizer, options);
+		return make_sync_replicas_strategy(topology, device, parameters, optimizer, options);
 	throw AgreedError(fmt::format("--strategy {}: unknown; the strategies are {}", options.name,
 				      fmt::join(strategy_names(), ", ")));
 }

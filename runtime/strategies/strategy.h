@@ -43,17 +43,35 @@ struct ReplicatedOptions {
 	bool shard_update = true;
 };
 
-// What one training step did on this rank, for the trainer's logs and metrics.
+// What one training step did on this rank, for the trainer's logs and metrics. A strategy fills
+// in the communication and the verdict; whoever ran forward and backward adds its own parts.
 struct StepStats {
-	ForwardResult forward;        // this rank's loss and correct count
-	double compute_s = 0;         // forward and backward on this rank
+	ForwardResult forward;        // this rank's loss and correct count (the program's to fill in)
+	double compute_s = 0;         // forward and backward on this rank (the program's to fill in)
 	double allreduce_s = 0;       // time inside all-reduce calls
 	double hidden_fraction = 0;   // the share of all-reduce time that ran during backward
 	size_t allreduce_bytes = 0;   // bytes all-reduced this step, in the type they travel in
 	bool skipped = false;         // a gradient was inf or NaN: no update (on every rank alike)
 	double grad_norm = 0;         // of the reduced, unscaled gradients (inf or NaN when skipped)
 	double loss_scale_log2 = 0;   // the scale the step's loss gradient was multiplied by
-	int micro_batches = 1;        // forward/backward passes that this update sums
+	int micro_batches = 1;        // backward passes that this update sums
+};
+
+// What a strategy trains: the parameters, in the order every rank registers them, and the type
+// the program computes in (a node-sharded update keeps 16-bit copies of the weights for it).
+struct ParameterSet {
+	std::vector<Parameter*> parameters;
+	DType compute_type = DType::f32;
+};
+
+// What one step() is told by the program that ran its backward passes.
+struct StepRequest {
+	float lr = 0;
+	float loss_scale = 1;   // the loss gradient was multiplied by this
+	int micro_batches = 1;  // backward passes whose gradients were summed (0 on a server rank)
+	// What the gradients cover on this worker, for the owners' logs of the detached strategies.
+	int64_t samples = 0;
+	double loss = 0;
 };
 
 struct StrategyOptions {
@@ -105,12 +123,16 @@ struct StrategyFacts {
 
 class DetachedStrategy;
 
+// How the gradients a program computes become updates of its parameters: one implementation per
+// way of training (replicated/, parameter_server/, detached/). A strategy sees only parameters
+// and their gradients; forward, backward and the loss are the program's (DistributedOptimizer
+// is the front most programs use).
 class Strategy {
 public:
 	virtual ~Strategy() = default;
 
-	// Lock-step strategies (nullptr here) train in collective step()s the trainer paces; the
-	// detached ones (async, sync-replicas) run their own loop between start() and finish().
+	// Lock-step strategies (nullptr here) take collective step()s the program paces; the
+	// detached ones (async, sync-replicas) run their owners between start() and finish().
 	virtual DetachedStrategy* detached() { return nullptr; }
 	// Empty when this strategy's variables() can be checkpointed and restored; otherwise why not,
 	// for the error a run that asks for checkpoints gets.
@@ -122,50 +144,54 @@ public:
 	virtual int worker_index() const = 0;
 	virtual int workers() const = 0;
 
-	// Forward and backward of one micro-batch, summing the gradients locally with no
-	// communication; the next step() adds its own and divides by the micro-batch count.
-	virtual ForwardResult accumulate(const Tensor& images, const Tensor& labels) = 0;
-	// Collective: one training step on this rank's (last) micro-batch with learning rate `lr`.
-	// A server rank passes empty tensors. Skipped on every rank alike when a gradient is inf or NaN.
-	virtual StepStats step(const Tensor& images, const Tensor& labels, float lr) = 0;
-	// Forward only on a worker, with the variables the model holds now.
-	virtual ForwardResult evaluate(const Tensor& images, const Tensor& labels) = 0;
+	// Before a worker's first forward of a step: brings the parameters up to date where they
+	// live elsewhere (detached strategies fetch them from the owners). False, without fetching,
+	// once a detached run is over. Lock-step strategies have nothing to do.
+	virtual bool begin_step() { return true; }
+	// Before the backward pass whose gradients the next step() reduces (the last micro-batch's):
+	// what the program calls as each parameter's gradient becomes final; empty when the strategy
+	// needs no word (it then reduces everything in step()).
+	virtual GradReadyFn begin_final_backward() = 0;
+	// After the last backward pass: reduces the gradients, divides them by the loss scale and the
+	// micro-batch count, checks them for inf and NaN and applies the update, or skips it on every
+	// rank. Collective for the lock-step strategies; a server rank calls it with no backward.
+	virtual StepStats step(const StepRequest& request) = 0;
 
-	// Collective: whether moving averages are kept, and swapping them into the workers' models
-	// (true) or the trained weights back (false), for evaluating the averaged model.
+	// Collective: whether moving averages are kept, and swapping them into the parameters (true)
+	// or the trained weights back (false), for evaluating the averaged model.
 	virtual bool has_averages() const = 0;
 	virtual void use_averages(bool averaged) = 0;
+	// Collective: zeroes the optimizer's state (moments, step count) wherever it lives; the
+	// parameters are untouched.
+	virtual void reset_optimizer_state() = 0;
 
 	// This rank's share of the training state, by name, sharing memory: parameters, optimizer
-	// state, loss-scale state, averages and the step counter. What a checkpoint saves. Where the
-	// replicated strategy keeps one copy of the parameters and optimizer state per node (its
-	// sharded update), the node's ranks share that memory: change the variables on rank 0 only,
-	// then call variables_restored() on every rank.
+	// state, averages and the step counter. What a checkpoint saves. Where the replicated
+	// strategy keeps one copy of the parameters and optimizer state per node (its sharded
+	// update), the node's ranks share that memory: change the variables on rank 0 only, then
+	// call variables_restored() on every rank.
 	virtual std::vector<NamedTensor> variables() = 0;
 	// Whether this rank's variables() go into a checkpoint and are read back from one: rank 0's
 	// in replicated mode, each owner's in parameter-server mode.
 	virtual bool saves_variables() const = 0;
 	// Collective, after the saving ranks wrote a checkpoint's values into their variables():
-	// brings every other copy (replicas, the workers' models, the loss scale) in line.
+	// brings every other copy (replicas, the workers' parameters) in line.
 	virtual void variables_restored() = 0;
 
 	// Collective: the parameters' hash, equal on every rank that must hold the same model, or
 	// tower::AgreedError naming the ranks and the first tensor that differ.
 	virtual uint64_t check_replicas() const = 0;
+	// This strategy's step counter (i64 [1], host): steps taken, skipped ones included.
+	virtual int64_t steps() const = 0;
 
-	virtual const LossScaler& loss_scaler() const = 0;
 	virtual StrategyFacts facts() const = 0;
 };
 
-// Collective over the topology's world: builds `options.name` for `model` (which must outlive
-// it) with an optimizer from `optimizer`. Every rank leaves with the same starting variables.
-// Bad or inapplicable options throw tower::AgreedError naming them (every rank passes the same).
-// Checks first that every rank passes the same options, optimizer, model and build.
-std::unique_ptr<Strategy> make_strategy(const Topology& topology, const Device& device, Model& model,
+// Collective over the topology's world: builds `options.name` over `parameters` (which must
+// outlive it) with an optimizer from `optimizer`. Every rank leaves with rank 0's starting
+// variables. Bad or inapplicable options throw tower::AgreedError naming them (every rank passes
+// the same); DistributedOptimizer checks first that every rank passes the same.
+std::unique_ptr<Strategy> make_strategy(const Topology& topology, const Device& device, const ParameterSet& parameters,
 					const OptimizerConfig& optimizer, const StrategyOptions& options);
-// make_strategy without the agreement check, for a caller that has checked all of that already
-// (the trainer, whose check covers the whole run).
-std::unique_ptr<Strategy> build_strategy(const Topology& topology, const Device& device, Model& model,
-					 const OptimizerConfig& optimizer, const StrategyOptions& options);
 
 } // namespace tower

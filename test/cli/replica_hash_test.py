@@ -60,11 +60,16 @@ def machine():
 
 def hashes(mpirun, tower, tmp):
     result = {}
+    # Each tower with the libtower built beside it: meson's test environment points
+    # LD_LIBRARY_PATH at the tree under test, which would otherwise load into the reference binary.
+    env = dict(os.environ)
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(
+        [os.path.dirname(os.path.abspath(tower))] + [p for p in env.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p])
     for name, (np, args) in runs().items():
         metrics = os.path.join(tmp, f"{name}.jsonl")
         model = [] if "--model" in args else MLP
-        r = subprocess.run([mpirun, "-np", str(np), tower, "train", *COMMON, *model, *args, "--metrics", metrics],
-                           capture_output=True, text=True, timeout=300)
+        r = subprocess.run([mpirun, "-np", str(np), "-x", "LD_LIBRARY_PATH", tower, "train", *COMMON, *model, *args,
+                            "--metrics", metrics], capture_output=True, text=True, timeout=300, env=env)
         if r.returncode != 0:
             sys.exit(f"{name}: {tower} failed ({r.returncode}): {r.stderr[-1500:]}")
         with open(metrics) as f:

@@ -51,7 +51,7 @@ TEST_CASE("replicated training on the GPU matches the CPU backend, every mode, o
 				CAPTURE(overlap);
 				auto spec = spec_for(gpu, mode, overlap, compress);
 				double compute_s = 0, hidden_min = 1, hidden_max = 0;
-				spec.after_step = [&](const ReplicatedEngine&, const StepStats& s, int) {
+				spec.after_step = [&](const tower::test::ModelEngine&, const StepStats& s, int) {
 					compute_s += s.compute_s;
 					hidden_min = std::min(hidden_min, s.hidden_fraction);
 					hidden_max = std::max(hidden_max, s.hidden_fraction);

@@ -14,6 +14,7 @@
 #include "base/mpi/mpi_check.h"
 #include "runtime/strategies/detached/async_rule.h"
 #include "runtime/strategies/detached/detached_strategy.h"
+#include "runtime/tower.h"
 #include "test/harness/mpi_main.h"
 #include "test/runtime/training_fixture.h"
 
@@ -40,6 +41,22 @@ StrategyOptions options(const char* name, int ps_ranks = 0, int n = 0)
 	return o;
 }
 
+// One worker step driven at the gradient level, the way DistributedOptimizer drives it: fetch,
+// forward, backward, push. False once the chief has handed out the last token.
+bool work(DetachedStrategy& d, Model& model, const Batch& b, StepStats* stats)
+{
+	if (!d.begin_step())
+		return false;
+	const ForwardResult result = model.forward(b.images, b.labels);
+	model.backward(d.begin_final_backward(), BackwardOptions{});
+	StepRequest request;
+	request.samples = b.images.shape()[0];
+	request.loss = result.loss;
+	*stats = d.step(request);
+	stats->forward = result;
+	return true;
+}
+
 struct Detached {
 	std::vector<std::vector<float>> initial, parameters; // workers only
 	std::vector<std::vector<float>> pushed;              // this worker's sum of lr * gradient pushed
@@ -57,9 +74,10 @@ Detached run_detached(const StrategyOptions& o, const OptimizerConfig& optimizer
 	const Device cpu;
 	const Topology topology(world().comm(), std::nullopt);
 	auto model = make_model({"mlp", 32, 1, 7}, cpu);
-	auto strategy = rule ? std::make_unique<DetachedStrategy>(topology, cpu, *model, optimizer, o, std::move(rule),
+	const ParameterSet parameters{model->parameters()};
+	auto strategy = rule ? std::make_unique<DetachedStrategy>(topology, cpu, parameters, optimizer, o, std::move(rule),
 								   o.name)
-			     : make_strategy(topology, cpu, *model, optimizer, o);
+			     : make_strategy(topology, cpu, parameters, optimizer, o);
 	auto& d = dynamic_cast<DetachedStrategy&>(*strategy);
 	Detached out;
 	if (d.is_worker())
@@ -77,7 +95,7 @@ Detached run_detached(const StrategyOptions& o, const OptimizerConfig& optimizer
 		for (int64_t k = 0;; ++k) {
 			const Batch& b = assembler.assemble(sampler.shard(k / sampler.steps_per_epoch(), k % sampler.steps_per_epoch()));
 			StepStats s;
-			if (!d.work(b.images, b.labels, &s))
+			if (!work(d, *model, b, &s))
 				break;
 			(k == 0 ? out.first_loss : out.last_loss) = s.forward.loss;
 			out.token_steps.push_back(d.last_token_step());
@@ -101,7 +119,7 @@ std::vector<std::vector<float>> parameter_server_run(int ps_ranks, const Optimiz
 	const Device cpu;
 	const Topology topology(world().comm(), std::nullopt);
 	auto model = make_model({"mlp", 32, 1, 7}, cpu);
-	auto strategy = make_strategy(topology, cpu, *model, optimizer, options("parameter-server", ps_ranks));
+	auto strategy = std::make_unique<Tower>(topology, cpu, *model, optimizer, options("parameter-server", ps_ranks));
 	DistributedSampler sampler(data().count, batch, std::max(strategy->worker_index(), 0), strategy->workers(), 99);
 	BatchAssembler assembler(data(), batch, cpu);
 	for (int s = 0; s < steps; ++s) {
@@ -273,7 +291,7 @@ std::vector<std::vector<float>> sequential_run(const OptimizerConfig& optimizer,
 	const Device cpu;
 	const Topology alone(MPI_COMM_SELF, std::nullopt);
 	auto model = make_model({"mlp", 32, 1, 7}, cpu);
-	auto strategy = make_strategy(alone, cpu, *model, optimizer, options("replicated"));
+	auto strategy = std::make_unique<Tower>(alone, cpu, *model, optimizer, options("replicated"));
 	DistributedSampler sampler(data().count, batch, 0, 1, 99);
 	BatchAssembler assembler(data(), batch, cpu);
 	for (int64_t t = 0; t < updates; ++t) {
@@ -357,7 +375,8 @@ TEST_CASE("every async gradient was computed on its owners' values of the update
 	auto model = make_model({"mlp", 32, 1, 7}, cpu);
 	auto owned_rule = std::make_unique<RecordingAsyncRule>(world().size());
 	RecordingAsyncRule& rule = *owned_rule;
-	DetachedStrategy d(topology, cpu, *model, OptimizerConfig{}, options("async"), std::move(owned_rule), "async");
+	DetachedStrategy d(topology, cpu, ParameterSet{model->parameters()}, OptimizerConfig{}, options("async"),
+			   std::move(owned_rule), "async");
 	const std::vector<Parameter*> params = model->parameters();
 	const std::vector<VariableSlice>& slices = d.placement().slices;
 	for (const VariableSlice& s : slices)
@@ -375,7 +394,7 @@ TEST_CASE("every async gradient was computed on its owners' values of the update
 	for (int64_t k = 0;; ++k) {
 		const Batch& b = assembler.assemble(sampler.shard(k / sampler.steps_per_epoch(), k % sampler.steps_per_epoch()));
 		StepStats stats;
-		if (!d.work(b.images, b.labels, &stats))
+		if (!work(d, *model, b, &stats))
 			break;
 		tags.push_back(d.last_tags());
 		std::vector<uint64_t> h(static_cast<size_t>(world().size()), 14695981039346656037ull);

@@ -17,7 +17,7 @@ using tower::test::world;
 
 namespace {
 
-std::vector<std::vector<float>> values(const ReplicatedEngine& engine)
+std::vector<std::vector<float>> values(const tower::test::ModelEngine& engine)
 {
 	std::vector<std::vector<float>> out;
 	for (const auto& t : engine.parameter_tensors())
@@ -66,7 +66,7 @@ TEST_CASE("a NaN on one rank makes every rank skip that step, lower the scale, a
 		spec.options.inject_nonfinite_rank = world().size() - 1;
 		std::vector<std::vector<float>> before;
 		std::vector<StepStats> seen;
-		spec.after_step = [&](const ReplicatedEngine& b, const StepStats& s, int step) {
+		spec.after_step = [&](const tower::test::ModelEngine& b, const StepStats& s, int step) {
 			seen.push_back(s);
 			if (step == bad_step - 1)
 				before = values(b);
@@ -103,7 +103,7 @@ TEST_CASE("a static loss scale in f32 changes nothing but the scale")
 	const Trained plain = tower::test::run_training(topology, spec, data());
 	spec.options.loss_scale = parse_loss_scale("static:1024");
 	int steps = 0;
-	spec.after_step = [&](const ReplicatedEngine& b, const StepStats& s, int) {
+	spec.after_step = [&](const tower::test::ModelEngine& b, const StepStats& s, int) {
 		CHECK(s.loss_scale_log2 == 10.0);
 		CHECK(b.loss_scaler().scale() == 1024.0f);
 		CHECK_FALSE(s.skipped);
@@ -122,7 +122,7 @@ TEST_CASE("a static loss scale reaches the loss gradient: 2^20 overflows f16 and
 	spec.steps = 4;
 	spec.model.precision = DType::f16;
 	std::vector<bool> skipped;
-	spec.after_step = [&](const ReplicatedEngine&, const StepStats& s, int) { skipped.push_back(s.skipped); };
+	spec.after_step = [&](const tower::test::ModelEngine&, const StepStats& s, int) { skipped.push_back(s.skipped); };
 	const Topology topology(world().comm(), std::nullopt);
 	tower::test::run_training(topology, spec, data());
 	CHECK(skipped == std::vector<bool>(4, false)); // unscaled, f16 trains
@@ -203,7 +203,7 @@ TEST_CASE("gradients compressed to bf16 or f16 in transit train like f32, move h
 		spec.steps = 30;
 		spec.options.mode = parse_all_reduce_mode(mode);
 		size_t gradient_bytes = 0;
-		spec.after_step = [&](const ReplicatedEngine& b, const StepStats& s, int) {
+		spec.after_step = [&](const tower::test::ModelEngine& b, const StepStats& s, int) {
 			gradient_bytes = b.bytes_per_step();
 			CHECK(gradient_bytes >= parameter_bytes); // f32, padding included
 			CHECK(b.bytes_moved_per_step() == gradient_bytes);
@@ -216,7 +216,7 @@ TEST_CASE("gradients compressed to bf16 or f16 in transit train like f32, move h
 		for (DType low : {DType::bf16, DType::f16}) {
 			CAPTURE(dtype_name(low));
 			spec.options.compress = low;
-			spec.after_step = [&](const ReplicatedEngine& b, const StepStats& s, int) {
+			spec.after_step = [&](const tower::test::ModelEngine& b, const StepStats& s, int) {
 				CHECK(b.bytes_per_step() == gradient_bytes);
 				CHECK(b.bytes_moved_per_step() == gradient_bytes / 2);
 				CHECK(s.allreduce_bytes == gradient_bytes / 2);
@@ -254,7 +254,7 @@ TEST_CASE("grad_norm is the norm of the reduced, unscaled gradient, sharded or n
 			options.fusion_mb = 0.01;
 			options.loss_scale = parse_loss_scale(scale); // the norm is of the unscaled gradient
 			const Topology topology(world().comm(), std::nullopt);
-			ReplicatedEngine engine(topology, cpu, *model, *optimizer, options);
+			tower::test::ModelEngine engine(topology, cpu, *model, *optimizer, options);
 			CHECK(engine.update_is_sharded() == (std::string(mode) == "hierarchical" && world().size() > 1));
 			BatchAssembler assembler(data(), 8, cpu);
 			for (int64_t step = 0; step < 3; ++step) {

@@ -12,6 +12,7 @@
 #include "optim/optimizer.h"
 #include "base/error.h"
 #include "runtime/strategies/replicated/replicated_engine.h"
+#include "runtime/tower.h"
 #include "test/harness/mpi_main.h"
 #include "test/runtime/reference_mlp.h"
 #include "test/runtime/training_fixture.h"
@@ -37,7 +38,7 @@ void check_matches_one_rank(RunSpec spec, std::optional<int> ranks_per_node)
 {
 	const Dataset data = tower::test::synthetic_dataset(1200);
 	std::vector<float> losses;
-	spec.after_step = [&](const ReplicatedEngine&, const StepStats& s, int) { losses.push_back(s.forward.loss); };
+	spec.after_step = [&](const tower::test::ModelEngine&, const StepStats& s, int) { losses.push_back(s.forward.loss); };
 	spec.batch = per_rank_batch;
 	const Topology topology(world().comm(), ranks_per_node);
 	const Trained many = tower::test::run_training(topology, spec, data);
@@ -126,7 +127,7 @@ TEST_CASE("a rank with a different model is an error on every rank, not a hang")
 	auto model = make_model({"mlp", odd_one ? 16 : 32, 1, 7}, cpu);
 	auto optimizer = make_optimizer({}, model->parameters());
 	const Topology topology(world().comm(), std::nullopt);
-	CHECK_THROWS_WITH_AS(ReplicatedEngine(topology, cpu, *model, *optimizer, {}),
+	CHECK_THROWS_WITH_AS(tower::test::ModelEngine(topology, cpu, *model, *optimizer, {}),
 			     doctest::Contains("gradient list"), AgreedError);
 }
 
@@ -144,7 +145,7 @@ TEST_CASE("after construction every rank holds rank 0's parameters and optimizer
 									      static_cast<float>(world().rank() + 1)),
 							     s.tensor.shape(), cpu));
 	const Topology topology(world().comm(), std::nullopt);
-	ReplicatedEngine engine(topology, cpu, *model, *optimizer, {});
+	tower::test::ModelEngine engine(topology, cpu, *model, *optimizer, {});
 	CHECK_NOTHROW(engine.check_replicas());
 	const auto mine = model->parameters();
 	const auto theirs = reference->parameters();
@@ -165,7 +166,7 @@ TEST_CASE("with fusion_mb 0 every gradient gets a bucket of its own, and N ranks
 	const size_t tensors = make_model(spec.model, cpu)->parameters().size();
 	const Dataset data = tower::test::synthetic_dataset(64);
 	spec.steps = 1;
-	spec.after_step = [&](const ReplicatedEngine& b, const StepStats&, int) {
+	spec.after_step = [&](const tower::test::ModelEngine& b, const StepStats&, int) {
 		REQUIRE(b.plan().buckets.size() == tensors);
 		for (const Bucket& bucket : b.plan().buckets)
 			CHECK(bucket.members.size() == 1);
@@ -188,11 +189,11 @@ TEST_CASE("bad engine options are an error on every rank that names the option a
 	const Topology topology(world().comm(), std::nullopt);
 	ReplicatedEngineOptions o;
 	o.compress = DType::i32;
-	CHECK_THROWS_WITH_AS(ReplicatedEngine(topology, cpu, *model, *optimizer, o),
+	CHECK_THROWS_WITH_AS(tower::test::ModelEngine(topology, cpu, *model, *optimizer, o),
 			     "--compress i32: gradients travel as f32 (none), f16 or bf16", AgreedError);
 	o = {};
 	o.fusion_mb = -1;
-	CHECK_THROWS_WITH_AS(ReplicatedEngine(topology, cpu, *model, *optimizer, o),
+	CHECK_THROWS_WITH_AS(tower::test::ModelEngine(topology, cpu, *model, *optimizer, o),
 			     "--fusion-mb -1 is negative; use 0 to disable fusion or a size in MiB", AgreedError);
 }
 
@@ -215,7 +216,7 @@ TEST_CASE("one rank's step is the float64 forward, backward and momentum update 
 		momentum.momentum = 0.9f;
 		auto optimizer = make_optimizer(momentum, model->parameters());
 		const Topology alone(MPI_COMM_SELF, std::nullopt);
-		ReplicatedEngine engine(alone, cpu, *model, *optimizer, {});
+		tower::test::ModelEngine engine(alone, cpu, *model, *optimizer, {});
 		BatchAssembler assembler(data, batch, cpu);
 		for (int64_t s = 0; s < 8; ++s) {
 			CAPTURE(s);
@@ -250,7 +251,7 @@ TEST_CASE("evaluate returns the batch's loss and correct count and changes no pa
 	auto model = make_model({"mlp", 16, 1, 5}, cpu);
 	auto optimizer = make_optimizer({}, model->parameters());
 	const Topology topology(world().comm(), std::nullopt);
-	ReplicatedEngine engine(topology, cpu, *model, *optimizer, {});
+	tower::test::ModelEngine engine(topology, cpu, *model, *optimizer, {});
 	BatchAssembler assembler(data, 16, cpu);
 	for (int64_t s = 0; s < 3; ++s) {
 		const Batch& b = assembler.assemble(consecutive(16 * (s * world().size() + world().rank()), 16));
@@ -283,7 +284,7 @@ TEST_CASE("a rank whose parameters differ makes check_replicas fail on every ran
 	auto model = make_model({"mlp", 16, 1, 7}, cpu);
 	auto optimizer = make_optimizer({}, model->parameters());
 	const Topology topology(world().comm(), std::nullopt);
-	ReplicatedEngine engine(topology, cpu, *model, *optimizer, {});
+	tower::test::ModelEngine engine(topology, cpu, *model, *optimizer, {});
 	CHECK_NOTHROW(engine.check_replicas());
 	// The second tensor, so naming merely the first would be wrong.
 	const int odd_one = world().size() - 1;
@@ -303,21 +304,22 @@ TEST_CASE("ranks that start with different loss-scale state all take rank 0's")
 {
 	const Device cpu;
 	auto model = make_model({"mlp", 16, 1, 7}, cpu);
-	auto optimizer = make_optimizer({}, model->parameters());
 	const Topology topology(world().comm(), std::nullopt);
-	ReplicatedEngineOptions o;
-	o.loss_scale = parse_loss_scale("dynamic");
-	o.loss_scale.log2_init = 10.0 + world().rank();
-	ReplicatedEngine engine(topology, cpu, *model, *optimizer, o);
-	CHECK(engine.loss_scaler().log2_scale() == 10.0);
+	StrategyOptions o;
+	o.gradients.loss_scale = parse_loss_scale("dynamic");
+	o.gradients.loss_scale.log2_init = 10.0 + world().rank();
+	DistributedOptimizerSettings unchecked; // the options differ on purpose
+	unchecked.check_agreement = false;
+	Tower tower(topology, cpu, *model, OptimizerConfig{}, o, unchecked);
+	CHECK(tower.loss_scaler().log2_scale() == 10.0);
 	const Dataset data = tower::test::synthetic_dataset(64);
 	BatchAssembler assembler(data, 8, cpu);
 	const Batch& b = assembler.assemble(consecutive(8 * world().rank(), 8));
-	const StepStats stats = engine.step(b.images, b.labels, 0.05f);
+	const StepStats stats = tower.step(b.images, b.labels, 0.05f);
 	CHECK_FALSE(stats.skipped);
 	CHECK(stats.loss_scale_log2 == 10.0);
-	CHECK(engine.loss_scaler().log2_scale() == static_cast<double>(static_cast<float>(10.0 + 0.0005)));
-	CHECK_NOTHROW(engine.check_replicas());
+	CHECK(tower.loss_scaler().log2_scale() == static_cast<double>(static_cast<float>(10.0 + 0.0005)));
+	CHECK_NOTHROW(tower.check_replicas());
 }
 
 TEST_CASE("the engine gives the gradients memory of their own when it goes, and drops them while an exception unwinds")
@@ -327,7 +329,7 @@ TEST_CASE("the engine gives the gradients memory of their own when it goes, and 
 	auto model = make_model({"mlp", 16, 1, 7}, cpu);
 	auto optimizer = make_optimizer({}, model->parameters());
 	{
-		ReplicatedEngine engine(topology, cpu, *model, *optimizer, ReplicatedEngineOptions{});
+		tower::test::ModelEngine engine(topology, cpu, *model, *optimizer, ReplicatedEngineOptions{});
 	}
 	for (const Parameter* p : model->parameters()) {
 		CAPTURE(p->name);
@@ -337,7 +339,7 @@ TEST_CASE("the engine gives the gradients memory of their own when it goes, and 
 	// Unwinding, the copies are not attempted: after a CUDA error they would throw a second
 	// exception from a destructor, which ends the program without the first one's message.
 	try {
-		ReplicatedEngine engine(topology, cpu, *model, *optimizer, ReplicatedEngineOptions{});
+		tower::test::ModelEngine engine(topology, cpu, *model, *optimizer, ReplicatedEngineOptions{});
 		throw std::runtime_error("the first error");
 	} catch (const std::runtime_error& e) {
 		CHECK(std::string(e.what()) == "the first error");

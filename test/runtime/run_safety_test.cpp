@@ -16,6 +16,7 @@
 #include "runtime/safety/run_fingerprint.h"
 #include "runtime/strategies/strategy.h"
 #include "runtime/trainer.h"
+#include "runtime/tower.h"
 #include "test/harness/mpi_main.h"
 #include "test/runtime/training_fixture.h"
 
@@ -79,7 +80,7 @@ TEST_CASE("a field only some ranks send is reported as absent on the others")
 		CHECK(contains(message, "--replicas-to-aggregate is 2 on rank 0 and (absent) on rank"));
 }
 
-TEST_CASE("make_strategy in a program of one's own refuses ranks with different optimizer options")
+TEST_CASE("a distributed optimizer in a program of one's own refuses ranks with different optimizer options")
 {
 	const Topology topology(world().comm(), std::nullopt);
 	const Device cpu;
@@ -87,7 +88,7 @@ TEST_CASE("make_strategy in a program of one's own refuses ranks with different 
 	OptimizerConfig optimizer;
 	optimizer.momentum = world().rank() == last_rank() ? 0.5f : 0.9f;
 	const std::string message =
-		agreed_error([&] { make_strategy(topology, cpu, *model, optimizer, StrategyOptions{}); });
+		agreed_error([&] { std::make_unique<Tower>(topology, cpu, *model, optimizer, StrategyOptions{}); });
 	if (world().size() == 1) {
 		CHECK(message.empty());
 		return;

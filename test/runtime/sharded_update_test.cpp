@@ -17,6 +17,7 @@
 #include "runtime/strategies/replicated/replicated_engine.h"
 #include "runtime/strategies/replicated/sharded_update.h"
 #include "runtime/strategies/strategy.h"
+#include "runtime/tower.h"
 #include "test/harness/mpi_main.h"
 #include "test/runtime/training_fixture.h"
 
@@ -50,7 +51,7 @@ bool sharded_with(const ReplicatedEngineOptions& options, std::optional<int> ran
 	auto model = make_model({"mlp", 8, 1, 7}, cpu);
 	auto optimizer = make_optimizer({}, model->parameters());
 	const Topology topology(world().comm(), ranks_per_node);
-	ReplicatedEngine engine(topology, cpu, *model, *optimizer, options);
+	tower::test::ModelEngine engine(topology, cpu, *model, *optimizer, options);
 	return engine.update_is_sharded();
 }
 
@@ -195,7 +196,7 @@ TEST_CASE("a non-finite gradient makes every rank skip the sharded update")
 	spec.options.inject_nonfinite_step = 4;
 	spec.options.inject_nonfinite_rank = world().size() - 1;
 	std::vector<int> skipped;
-	spec.after_step = [&](const ReplicatedEngine&, const StepStats& stats, int step) {
+	spec.after_step = [&](const tower::test::ModelEngine&, const StepStats& stats, int step) {
 		if (stats.skipped)
 			skipped.push_back(step);
 	};
@@ -222,7 +223,7 @@ TEST_CASE("parameters, gradients and optimizer state outlive the engine that sha
 		ReplicatedEngineOptions options;
 		options.mode = AllReduceMode::hierarchical;
 		const Topology topology(world().comm(), std::nullopt);
-		ReplicatedEngine engine(topology, cpu, *model, *optimizer, options);
+		tower::test::ModelEngine engine(topology, cpu, *model, *optimizer, options);
 		CHECK(engine.update_is_sharded() == (world().size() > 1));
 		BatchAssembler assembler(data, 8, cpu);
 		const std::vector<int64_t> first_eight = {0, 1, 2, 3, 4, 5, 6, 7};
@@ -255,7 +256,7 @@ TEST_CASE("the ranks of a node share one copy of the variables, written between 
 	ReplicatedEngineOptions options;
 	options.mode = AllReduceMode::hierarchical;
 	const Topology topology(world().comm(), std::nullopt);
-	ReplicatedEngine engine(topology, cpu, *model, *optimizer, options);
+	tower::test::ModelEngine engine(topology, cpu, *model, *optimizer, options);
 	Parameter& first = *model->parameters().front();
 	Tensor& momentum = *optimizer->parameter_state(0).at(0);
 	auto value = [](const Tensor& t) { return t.to_host_f32().front(); };
@@ -320,7 +321,7 @@ ForwardResult averaged_evaluation(bool shard, DType precision)
 	o.replicated.shard_update = shard;
 	o.ema_decay = 0.5;
 	const Topology topology(world().comm(), std::nullopt);
-	auto strategy = make_strategy(topology, cpu, *model, OptimizerConfig{}, o);
+	auto strategy = std::make_unique<Tower>(topology, cpu, *model, OptimizerConfig{}, o);
 	const Dataset data = tower::test::synthetic_dataset(256);
 	BatchAssembler assembler(data, 8, cpu);
 	for (int64_t s = 0; s < 6; ++s) {
@@ -363,8 +364,8 @@ TEST_CASE("16-bit models: the node's working copy of the weights is what roundin
 		options.mode = AllReduceMode::hierarchical;
 		options.fusion_mb = 0.01;
 		const Topology topology(world().comm(), std::nullopt);
-		std::unique_ptr<ReplicatedEngine> engine =
-			std::make_unique<ReplicatedEngine>(topology, cpu, *model, *optimizer, options);
+		std::unique_ptr<tower::test::ModelEngine> engine =
+			std::make_unique<tower::test::ModelEngine>(topology, cpu, *model, *optimizer, options);
 		if (!engine->update_is_sharded()) {
 			for (Parameter* p : model->parameters())
 				CHECK(p->working.data() == nullptr); // layers round for themselves

@@ -14,6 +14,7 @@
 #include "base/error.h"
 #include "base/mpi/mpi_check.h"
 #include "runtime/strategies/strategy.h"
+#include "runtime/tower.h"
 #include "test/harness/mpi_main.h"
 #include "test/runtime/training_fixture.h"
 
@@ -33,12 +34,12 @@ struct Outcome {
 
 // Trains a small MLP for `steps` updates; every worker takes its shard of the same global batches.
 Outcome train(const Topology& topology, const StrategyOptions& options, const OptimizerConfig& optimizer, int steps,
-	      const std::function<void(Strategy&, Model&, int)>& after_step = {})
+	      const std::function<void(Tower&, Model&, int)>& after_step = {})
 {
 	static const Dataset data = tower::test::synthetic_dataset(1200);
 	const Device cpu;
 	auto model = make_model({"mlp", 32, 1, 7}, cpu);
-	auto strategy = make_strategy(topology, cpu, *model, optimizer, options);
+	auto strategy = std::make_unique<Tower>(topology, cpu, *model, optimizer, options);
 	DistributedSampler sampler(data.count, batch, std::max(strategy->worker_index(), 0), strategy->workers(), 99);
 	BatchAssembler assembler(data, batch, cpu);
 	Outcome out;
@@ -179,7 +180,7 @@ TEST_CASE("a non-finite gradient skips the parameter-server step on every rank")
 			std::vector<std::vector<float>> before;
 			const Topology topology(world().comm(), ranks_per_node(transport));
 			bool skipped_at_2 = false, changed_at_3 = false;
-			const Outcome out = train(topology, o, OptimizerConfig{}, 4, [&](Strategy& s, Model& m, int step) {
+			const Outcome out = train(topology, o, OptimizerConfig{}, 4, [&](Tower& s, Model& m, int step) {
 				if (!s.is_worker())
 					return;
 				if (step == 1 || step == 2) {
@@ -220,7 +221,7 @@ TEST_CASE("variable averages follow the float64 recursion, in both strategies")
 		std::vector<std::vector<double>> expected;
 		std::vector<std::vector<float>> averaged, trained;
 		const Topology topology(world().comm(), ranks_per_node(transport));
-		const Outcome out = train(topology, o, OptimizerConfig{}, 20, [&](Strategy& s, Model& m, int step) {
+		const Outcome out = train(topology, o, OptimizerConfig{}, 20, [&](Tower& s, Model& m, int step) {
 			const auto values = tower::test::parameter_values(m);
 			if (step == 0) {
 				// The averages start from the variables before the first update, which the
@@ -264,7 +265,7 @@ TEST_CASE("strategy options that cannot apply are errors on every rank")
 	const Topology topology(world().comm(), std::nullopt);
 	const Device cpu;
 	auto model = make_model({"mlp", 16, 1, 7}, cpu);
-	auto make = [&](const StrategyOptions& o) { return make_strategy(topology, cpu, *model, OptimizerConfig{}, o); };
+	auto make = [&](const StrategyOptions& o) { return std::make_unique<Tower>(topology, cpu, *model, OptimizerConfig{}, o); };
 	StrategyOptions o = parameter_server(world().size());
 	CHECK_THROWS_WITH_AS(make(o), doctest::Contains("--ps-ranks"), AgreedError);
 	o = parameter_server(-1);

@@ -7,6 +7,7 @@
 
 #include <doctest/doctest.h>
 
+#include "base/tensor/memory.h"
 #include "data/batch_assembler.h"
 #include "data/sampler.h"
 
@@ -30,6 +31,39 @@ Dataset synthetic_dataset(int64_t count)
 	return d;
 }
 
+ModelEngine::ModelEngine(const Topology& topology, const Device& device, Model& model, Optimizer& optimizer,
+			 const ReplicatedEngineOptions& options)
+	: ReplicatedEngine(topology, device, {model.parameters(), model.precision()}, optimizer, options), model_(model),
+	  scaler_(options.loss_scale)
+{
+}
+
+ForwardResult ModelEngine::accumulate(const Tensor& images, const Tensor& labels)
+{
+	const ForwardResult result = model_.forward(images, labels);
+	model_.backward({}, {passes_ > 0, scaler_.scale()});
+	++passes_;
+	return result;
+}
+
+StepStats ModelEngine::step(const Tensor& images, const Tensor& labels, float lr)
+{
+	const ForwardResult result = model_.forward(images, labels);
+	const GradReadyFn ready = begin_final_backward();
+	model_.backward(ready, {passes_ > 0, scaler_.scale()});
+	wait_default_stream(model_.parameters().front()->value.device());
+	StepRequest request;
+	request.lr = lr;
+	request.loss_scale = scaler_.scale();
+	request.micro_batches = passes_ + 1;
+	passes_ = 0;
+	StepStats stats = ReplicatedEngine::step(request);
+	stats.forward = result;
+	stats.loss_scale_log2 = scaler_.log2_scale();
+	scaler_.update(stats.skipped);
+	return stats;
+}
+
 std::vector<std::vector<float>> parameter_values(Model& model)
 {
 	std::vector<std::vector<float>> out;
@@ -44,7 +78,7 @@ Trained run_training(const Topology& topology, const RunSpec& spec, const Datase
 	const Device device = spec.device;
 	auto model = make_model(spec.model, device);
 	auto optimizer = make_optimizer(spec.optimizer, model->parameters());
-	ReplicatedEngine engine(topology, device, *model, *optimizer, spec.options);
+	ModelEngine engine(topology, device, *model, *optimizer, spec.options);
 	DistributedSampler sampler(data.count, spec.batch, sampler_rank < 0 ? topology.rank() : sampler_rank,
 				   sampler_world < 0 ? topology.size() : sampler_world, 99);
 	BatchAssembler assembler(data, spec.batch, device);

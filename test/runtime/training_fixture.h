@@ -10,6 +10,25 @@
 
 namespace tower::test {
 
+// A ReplicatedEngine driven by a model's forward and backward with a loss scale of its own, the
+// way DistributedOptimizer and Tower drive one, for the tests that look inside the engine.
+class ModelEngine : public ReplicatedEngine {
+public:
+	ModelEngine(const Topology& topology, const Device& device, Model& model, Optimizer& optimizer,
+		    const ReplicatedEngineOptions& options);
+	// Forward and backward of one micro-batch, summed into the gradients without communication.
+	ForwardResult accumulate(const Tensor& images, const Tensor& labels);
+	// Forward and backward of the last micro-batch, then the engine's step.
+	StepStats step(const Tensor& images, const Tensor& labels, float lr);
+	ForwardResult evaluate(const Tensor& images, const Tensor& labels) { return model_.forward(images, labels); }
+	const LossScaler& loss_scaler() const { return scaler_; }
+
+private:
+	Model& model_;
+	LossScaler scaler_;
+	int passes_ = 0;
+};
+
 // Each class lights up its own band of pixels, plus noise: learnable in a few dozen steps.
 Dataset synthetic_dataset(int64_t count);
 
@@ -23,7 +42,7 @@ struct RunSpec {
 	ReplicatedEngineOptions options{};
 	Device device{};        // where the model, batches and buckets live (the GPU tests pass a GPU)
 	// Called after every update with the engine and the stats of that update.
-	std::function<void(const ReplicatedEngine&, const StepStats&, int step)> after_step;
+	std::function<void(const ModelEngine&, const StepStats&, int step)> after_step;
 };
 
 struct Trained {

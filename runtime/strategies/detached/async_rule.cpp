@@ -30,14 +30,14 @@ float AsyncRule::staleness_factor(int64_t staleness) const
 	return static_cast<float>(covered) / static_cast<float>(std::max(covered, staleness + 1));
 }
 
-std::unique_ptr<Strategy> make_async_strategy(const Topology& topology, const Device& device, Model& model,
+std::unique_ptr<Strategy> make_async_strategy(const Topology& topology, const Device& device, const ParameterSet& parameters,
 					      const OptimizerConfig& optimizer, const StrategyOptions& options)
 {
 	if (options.replicas_to_aggregate != 0)
 		throw AgreedError(fmt::format("--replicas-to-aggregate {}: async applies every gradient alone; use "
 					      "--strategy sync-replicas to aggregate them", options.replicas_to_aggregate));
 	const int workers = topology.size() - std::max(options.ps_ranks, 0);
-	return std::make_unique<DetachedStrategy>(topology, device, model, optimizer, options,
+	return std::make_unique<DetachedStrategy>(topology, device, parameters, optimizer, options,
 						  std::make_unique<AsyncRule>(std::max(workers, 1), options.async_scale,
 									      AsyncStaleness{options.async_staleness_scale,
 											     options.max_staleness}),

@@ -36,12 +36,11 @@ void check_options(const StrategyOptions& o, const std::string& name)
 
 } // namespace
 
-DetachedStrategy::DetachedStrategy(const Topology& topology, const Device& device, Model& model,
+DetachedStrategy::DetachedStrategy(const Topology& topology, const Device& device, const ParameterSet& parameters,
 				   const OptimizerConfig& optimizer, const StrategyOptions& options,
 				   std::unique_ptr<UpdateRule> rule, std::string name)
 	: rank_(topology.rank()), world_(topology.world()), options_(options), rule_(std::move(rule)),
-	  name_(std::move(name)), model_(&model), core_(topology, model, options),
-	  loss_scaler_(options.gradients.loss_scale)
+	  name_(std::move(name)), core_(topology, parameters.parameters, options)
 {
 	check_options(options_, name_);
 	TOWER_CHECK(!device.is_cuda(), "--strategy {} keeps its variables in host memory; run it with --device cpu",
@@ -60,7 +59,7 @@ DetachedStrategy::DetachedStrategy(const Topology& topology, const Device& devic
 	TOWER_MPI(MPI_Comm_dup(world_, &comm));
 	replies_ = CommHandle(comm);
 
-	// Every rank built the model from the same seed; the owners' copies count, and publish()
+	// Every rank made the parameters from the same seed; the owners' copies count, and publish()
 	// sends them to everyone.
 	for (const VariableSlice& s : placement.slices) {
 		float* at = values_.data() + segments_[static_cast<size_t>(s.owner)].offset + s.segment_offset;
@@ -154,22 +153,22 @@ bool DetachedStrategy::fetch(std::vector<int64_t>* tags)
 	return true;
 }
 
-void DetachedStrategy::push(const std::vector<int64_t>& tags, const ForwardResult& result, int64_t samples)
+void DetachedStrategy::push(const std::vector<int64_t>& tags, const StepRequest& request)
 {
 	timeline::Span span("push", "comm");
 	span.arg("tag", tags.empty() ? -1 : tags[0]);
 	std::vector<MPI_Request> requests(segments_.size());
 	for (size_t o = 0; o < segments_.size(); ++o) {
 		auto* head = reinterpret_cast<PushHeader*>(pushes_[o].data());
-		*head = PushHeader{tags[o], samples, static_cast<double>(result.loss), 0};
+		*head = PushHeader{tags[o], request.samples, request.loss, 0};
 		auto* gradient = reinterpret_cast<float*>(pushes_[o].data() + sizeof(PushHeader) / sizeof(int64_t));
 		for (const VariableSlice& s : core_.placement().slices)
 			if (s.owner == static_cast<int>(o))
 				Tensor::view(gradient + s.segment_offset, {s.count}, DType::f32, Device{})
 					.copy_from(core_.model_slice(s, true));
-		if (micro_batches_ > 1)
+		if (request.micro_batches > 1)
 			for (int64_t i = 0; i < segments_[o].count; ++i)
-				gradient[i] /= static_cast<float>(micro_batches_);
+				gradient[i] /= static_cast<float>(request.micro_batches);
 		const size_t bytes = sizeof(PushHeader) + static_cast<size_t>(segments_[o].count) * sizeof(float);
 		TOWER_MPI(MPI_Isend(pushes_[o].data(), static_cast<int>(bytes), MPI_BYTE, segments_[o].rank, tag_push,
 				    requests_.get(), &requests[o]));
@@ -188,58 +187,42 @@ void DetachedStrategy::say_goodbye()
 		wait_with_backoff(r, "worker: saying goodbye to the owners");
 }
 
-ForwardResult DetachedStrategy::accumulate(const Tensor& images, const Tensor& labels)
+bool DetachedStrategy::begin_step()
 {
-	TOWER_CHECK(is_worker(), "rank {} serves variables only and has no batch to accumulate", rank_);
-	ForwardResult result;
-	{
-		timeline::Span span("forward", "compute");
-		result = model_->forward(images, labels);
-	}
-	timeline::Span span("backward", "compute");
-	BackwardOptions backward;
-	backward.accumulate = micro_batches_ > 0;
-	model_->backward({}, backward);
-	++micro_batches_;
-	return result;
-}
-
-bool DetachedStrategy::work(const Tensor& images, const Tensor& labels, StepStats* stats)
-{
-	TOWER_CHECK(started_ && is_worker(), "--strategy {}: work() needs start() and a worker rank", name_);
+	TOWER_CHECK(started_ && is_worker(), "--strategy {}: begin_step() needs start() and a worker rank", name_);
+	TOWER_CHECK(!in_step_, "--strategy {}: begin_step() twice without a step() between", name_);
 	if (stopped_)
 		return false;
-	*stats = StepStats{};
 	const auto begin = Clock::now();
-	std::vector<int64_t> tags;
-	if (!fetch(&tags)) {
+	if (!fetch(&tags_)) {
 		say_goodbye();
 		stopped_ = true;
-		stats->allreduce_s = seconds(Clock::now() - begin);
 		return false;
 	}
-	const auto compute = Clock::now();
-	micro_batches_ = 0;
-	stats->forward = accumulate(images, labels);
-	stats->compute_s = seconds(Clock::now() - compute);
-	if (rank_ == options_.inject_delay_rank)
-		std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(options_.inject_delay_ms));
-	push(tags, stats->forward, images.shape().empty() ? 0 : images.shape()[0]);
-	micro_batches_ = 0;
-	stats->allreduce_s = seconds(Clock::now() - begin) - stats->compute_s;
+	fetch_s_ = seconds_since(begin);
+	in_step_ = true;
 	return true;
 }
 
-StepStats DetachedStrategy::step(const Tensor& images, const Tensor& labels, float)
+StepStats DetachedStrategy::step(const StepRequest& request)
 {
+	TOWER_CHECK(in_step_, "--strategy {}: step() without begin_step() before the step's forward: a worker computes "
+		    "on the owners' values of a granted token", name_);
+	in_step_ = false;
 	StepStats stats;
-	stats.skipped = !work(images, labels, &stats);
+	stats.micro_batches = request.micro_batches;
+	if (rank_ == options_.inject_delay_rank)
+		std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(options_.inject_delay_ms));
+	const auto begin = Clock::now();
+	push(tags_, request);
+	stats.allreduce_s = fetch_s_ + seconds_since(begin);
 	return stats;
 }
 
 nlohmann::json DetachedStrategy::finish()
 {
-	TOWER_CHECK(!is_worker() || stopped_, "--strategy {}: finish() before this worker's last step", name_);
+	TOWER_CHECK(!is_worker() || stopped_, "--strategy {}: finish() before this worker's begin_step() said the run "
+		    "is over", name_);
 	if (owner_) {
 		wait_until("owner: waiting for its thread to serve the last worker", [&] { return owner_->done(); });
 		owner_thread_.join();
@@ -319,12 +302,6 @@ void DetachedStrategy::to_model()
 							     {s.count}, DType::f32, Device{}));
 }
 
-ForwardResult DetachedStrategy::evaluate(const Tensor& images, const Tensor& labels)
-{
-	TOWER_CHECK(is_worker(), "rank {} serves variables only and holds no model to evaluate", rank_);
-	return model_->forward(images, labels);
-}
-
 void DetachedStrategy::use_averages(bool averaged)
 {
 	TOWER_CHECK(has_averages(), "use_averages({}) without --ema-decay: no averages are kept", averaged);
@@ -333,9 +310,17 @@ void DetachedStrategy::use_averages(bool averaged)
 	publish();
 }
 
+void DetachedStrategy::reset_optimizer_state()
+{
+	TOWER_CHECK(!owner_ || owner_->done(), "reset_optimizer_state() while the owners still train; call it before "
+		    "start() or after finish()");
+	if (core_.optimizer())
+		core_.optimizer()->reset_state();
+}
+
 std::vector<NamedTensor> DetachedStrategy::variables()
 {
-	return core_.variables(loss_scaler_);
+	return core_.variables();
 }
 
 std::string DetachedStrategy::why_no_checkpoints() const

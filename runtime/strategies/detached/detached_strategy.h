@@ -29,33 +29,35 @@ struct DetachedPlan {
 // also trains. A worker step: ask the chief for a token (the reply carries the chief's values),
 // fetch the other owners' values of at least that update, compute, (sleep when injected), push
 // each owner its slice tagged with the update its values came from. Workers are not in
-// lock-step: step() is not collective; start() and finish() bracket the training.
+// lock-step: begin_step() and step() are not collective; start() and finish() bracket the training.
 class DetachedStrategy : public Strategy {
 	using Clock = std::chrono::steady_clock;
 
 public:
-	DetachedStrategy(const Topology& topology, const Device& device, Model& model, const OptimizerConfig& optimizer,
-			 const StrategyOptions& options, std::unique_ptr<UpdateRule> rule, std::string name);
+	DetachedStrategy(const Topology& topology, const Device& device, const ParameterSet& parameters,
+			 const OptimizerConfig& optimizer, const StrategyOptions& options, std::unique_ptr<UpdateRule> rule,
+			 std::string name);
 	~DetachedStrategy() override;
 
 	// Starts this rank's owner thread (when it owns variables). Not collective.
 	void start(const DetachedPlan& plan);
-	// A worker's step; false, without computing, once the chief has handed out the last token.
-	bool work(const Tensor& images, const Tensor& labels, StepStats* stats);
-	// Collective, after every worker's work() returned false: waits for the owners, brings the
-	// final variables to every worker, and returns the chief's totals and every owner's counters.
+	// Collective, after every worker's begin_step() returned false: waits for the owners, brings
+	// the final variables to every worker, and returns the chief's totals and every owner's counters.
 	nlohmann::json finish();
 
 	bool is_worker() const override { return core_.is_worker(); }
 	int worker_index() const override { return core_.worker_index(); }
 	int workers() const override { return core_.workers(); }
-	ForwardResult accumulate(const Tensor& images, const Tensor& labels) override;
-	// One work() step; `lr` is not used (the owners follow the plan's schedule). Marked skipped
-	// once the run is over.
-	StepStats step(const Tensor& images, const Tensor& labels, float lr) override;
-	ForwardResult evaluate(const Tensor& images, const Tensor& labels) override;
+	// A worker's token and the owners' values, into the parameters; false, without fetching,
+	// once the chief has handed out the last token (this worker then says goodbye).
+	bool begin_step() override;
+	GradReadyFn begin_final_backward() override { return {}; }
+	// Pushes each owner its slice of the gradients, tagged with the update the values came from;
+	// `request.lr` is not used (the owners follow the plan's schedule).
+	StepStats step(const StepRequest& request) override;
 	bool has_averages() const override { return core_.averages() != nullptr; }
 	void use_averages(bool averaged) override;
+	void reset_optimizer_state() override;
 	std::vector<NamedTensor> variables() override;
 	// Checkpoints are refused for these strategies (the trainer says so): the owners' threads
 	// keep applying gradients while workers run ahead, so there is no step at which to save.
@@ -64,7 +66,7 @@ public:
 	DetachedStrategy* detached() override { return this; }
 	void variables_restored() override {}
 	uint64_t check_replicas() const override;
-	const LossScaler& loss_scaler() const override { return loss_scaler_; }
+	int64_t steps() const override { return core_.steps(); }
 	StrategyFacts facts() const override;
 
 	const Placement& placement() const { return core_.placement(); }
@@ -81,7 +83,7 @@ private:
 	};
 	bool fetch(std::vector<int64_t>* tags);
 	void ask(size_t owner, int tag, const int64_t* min_step, ReplyHeader* head, MPI_Request* requests);
-	void push(const std::vector<int64_t>& tags, const ForwardResult& result, int64_t samples);
+	void push(const std::vector<int64_t>& tags, const StepRequest& request);
 	void say_goodbye();
 	void publish();
 	void to_model();
@@ -93,7 +95,6 @@ private:
 	StrategyOptions options_;
 	std::unique_ptr<UpdateRule> rule_;
 	std::string name_;
-	Model* model_;
 	std::vector<float> values_; // owner-major on every rank; an owner's own segment is the master copy
 	OwnedVariables core_;       // roles, placement; owned slices are views into values_
 	std::vector<Segment> segments_;
@@ -102,21 +103,23 @@ private:
 	// copy: its owner thread keeps applying other workers' gradients to the master meanwhile.
 	std::vector<float> own_fetched_;
 	std::vector<std::vector<int64_t>> pushes_; // per owner: PushHeader then the gradient slice
-	LossScaler loss_scaler_;
 	std::unique_ptr<OwnerService> owner_;
 	std::thread owner_thread_;
 	bool started_ = false, stopped_ = false;
-	int64_t micro_batches_ = 0;
+	bool in_step_ = false;     // begin_step() granted a token that step() has not used yet
+	double fetch_s_ = 0;       // the last begin_step()'s wait for the token and the values
 	int64_t last_token_step_ = -1;
 	std::vector<int64_t> last_tags_;
+	std::vector<int64_t> tags_; // per owner, the update of the values the step under way computes on
 };
 
 // Collective: the factories of the two detached strategies (runtime/strategies/detached/async_rule.cpp and
 // runtime/strategies/detached/sync_replicas_rule.cpp).
-std::unique_ptr<Strategy> make_async_strategy(const Topology& topology, const Device& device, Model& model,
-					      const OptimizerConfig& optimizer, const StrategyOptions& options);
-std::unique_ptr<Strategy> make_sync_replicas_strategy(const Topology& topology, const Device& device, Model& model,
-						      const OptimizerConfig& optimizer,
+std::unique_ptr<Strategy> make_async_strategy(const Topology& topology, const Device& device,
+					      const ParameterSet& parameters, const OptimizerConfig& optimizer,
+					      const StrategyOptions& options);
+std::unique_ptr<Strategy> make_sync_replicas_strategy(const Topology& topology, const Device& device,
+						      const ParameterSet& parameters, const OptimizerConfig& optimizer,
 						      const StrategyOptions& options);
 
 } // namespace tower

@@ -25,7 +25,7 @@ TokenAnswer SyncReplicasRule::token(const TokenBook& book) const
 	return TokenAnswer::wait;
 }
 
-std::unique_ptr<Strategy> make_sync_replicas_strategy(const Topology& topology, const Device& device, Model& model,
+std::unique_ptr<Strategy> make_sync_replicas_strategy(const Topology& topology, const Device& device, const ParameterSet& parameters,
 						      const OptimizerConfig& optimizer, const StrategyOptions& options)
 {
 	if (options.replicas_to_aggregate < 0)
@@ -33,7 +33,7 @@ std::unique_ptr<Strategy> make_sync_replicas_strategy(const Topology& topology, 
 					      options.replicas_to_aggregate));
 	const int workers = std::max(topology.size() - std::max(options.ps_ranks, 0), 1);
 	const int n = options.replicas_to_aggregate == 0 ? workers : options.replicas_to_aggregate;
-	return std::make_unique<DetachedStrategy>(topology, device, model, optimizer, options,
+	return std::make_unique<DetachedStrategy>(topology, device, parameters, optimizer, options,
 						  std::make_unique<SyncReplicasRule>(workers, n), "sync-replicas");
 }
 

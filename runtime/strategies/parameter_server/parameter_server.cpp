@@ -29,10 +29,11 @@ void check_options(const StrategyOptions& o)
 
 } // namespace
 
-ParameterServerStrategy::ParameterServerStrategy(const Topology& topology, const Device& device, Model& model,
-						 const OptimizerConfig& optimizer, const StrategyOptions& options)
-	: topology_(topology), rank_(topology.rank()), device_(device), options_(options), model_(&model),
-	  core_(topology, model, options), loss_scaler_(options.gradients.loss_scale)
+ParameterServerStrategy::ParameterServerStrategy(const Topology& topology, const Device& device,
+						 const ParameterSet& parameters, const OptimizerConfig& optimizer,
+						 const StrategyOptions& options)
+	: topology_(topology), rank_(topology.rank()), device_(device), options_(options),
+	  core_(topology, parameters.parameters, options)
 {
 	check_options(options_);
 	PsShares served;
@@ -46,8 +47,6 @@ ParameterServerStrategy::ParameterServerStrategy(const Topology& topology, const
 										  : make_mpi_ps_transport(topology, served);
 	take_initial_values();
 	core_.start_owning(optimizer, options_.ema_decay);
-	auto scaler_state = loss_scaler_.state();
-	broadcast_named(topology, scaler_state, 0);
 	transport_->publish(true);
 }
 
@@ -60,26 +59,9 @@ void ParameterServerStrategy::take_initial_values()
 			core_.owned.push_back({s.name, transport_->owned_value(s), transport_->owned_gradient(s), Tensor{}});
 }
 
-ForwardResult ParameterServerStrategy::accumulate(const Tensor& images, const Tensor& labels)
-{
-	TOWER_CHECK(is_worker(), "rank {} serves variables only and has no batch to accumulate", rank_);
-	ForwardResult result;
-	{
-		timeline::Span span("forward", "compute");
-		result = model_->forward(images, labels);
-	}
-	BackwardOptions backward;
-	backward.accumulate = micro_batches_ > 0;
-	backward.loss_scale = loss_scaler_.scale();
-	timeline::Span span("backward", "compute");
-	model_->backward({}, backward);
-	++micro_batches_;
-	return result;
-}
-
 bool ParameterServerStrategy::injecting() const
 {
-	return steps() == options_.gradients.inject_nonfinite_step && rank_ == options_.gradients.inject_nonfinite_rank;
+	return core_.steps() == options_.gradients.inject_nonfinite_step && rank_ == options_.gradients.inject_nonfinite_rank;
 }
 
 bool ParameterServerStrategy::finish_owned(float worker_factor, float owner_factor, double* grad_norm)
@@ -91,28 +73,19 @@ bool ParameterServerStrategy::finish_owned(float worker_factor, float owner_fact
 	return std::isfinite(squares);
 }
 
-StepStats ParameterServerStrategy::step(const Tensor& images, const Tensor& labels, float lr)
+StepStats ParameterServerStrategy::step(const StepRequest& request)
 {
 	StepStats stats;
-	stats.loss_scale_log2 = loss_scaler_.log2_scale();
-	float worker_factor = 1.0f;
-	if (is_worker()) {
-		const auto start = Clock::now();
-		stats.forward = accumulate(images, labels);
-		wait_default_stream(device_); // a GPU's kernels, not their launches
-		stats.compute_s = seconds(Clock::now() - start);
-		stats.micro_batches = micro_batches_;
-		// The micro-batches' sum becomes their mean before it leaves the worker.
-		worker_factor = 1.0f / static_cast<float>(micro_batches_);
-	}
-
+	// The micro-batches' sum becomes their mean before it leaves the worker.
+	const float worker_factor = is_worker() ? 1.0f / static_cast<float>(request.micro_batches) : 1.0f;
+	stats.micro_batches = request.micro_batches;
 	const auto comm_start = Clock::now();
 	const float divisor = options_.gradients.reduce == ReduceOp::mean ? static_cast<float>(workers()) : 1.0f;
-	stats.skipped = !finish_owned(worker_factor, 1.0f / (divisor * loss_scaler_.scale()), &stats.grad_norm);
+	stats.skipped = !finish_owned(worker_factor, 1.0f / (divisor * request.loss_scale), &stats.grad_norm);
 	{
 		timeline::Span span("apply", "update");
 		if (!stats.skipped && core_.optimizer())
-			core_.optimizer()->step(core_.owned_pointers(), lr);
+			core_.optimizer()->step(core_.owned_pointers(), request.lr);
 		if (!stats.skipped && core_.averages())
 			core_.averages()->update();
 	}
@@ -120,16 +93,8 @@ StepStats ParameterServerStrategy::step(const Tensor& images, const Tensor& labe
 		transport_->publish(false);
 	stats.allreduce_s = seconds(Clock::now() - comm_start);
 	stats.allreduce_bytes = transport_->moved_bytes();
-	loss_scaler_.update(stats.skipped);
-	micro_batches_ = 0;
-	++steps();
+	++core_.steps();
 	return stats;
-}
-
-ForwardResult ParameterServerStrategy::evaluate(const Tensor& images, const Tensor& labels)
-{
-	TOWER_CHECK(is_worker(), "rank {} serves variables only and holds no model to evaluate", rank_);
-	return model_->forward(images, labels);
 }
 
 void ParameterServerStrategy::use_averages(bool averaged)
@@ -140,17 +105,24 @@ void ParameterServerStrategy::use_averages(bool averaged)
 	transport_->publish(true);
 }
 
+void ParameterServerStrategy::reset_optimizer_state()
+{
+	// The state lives on the owners only, each over its own slices.
+	transport_->settle();
+	if (core_.optimizer())
+		core_.optimizer()->reset_state();
+}
+
 std::vector<NamedTensor> ParameterServerStrategy::variables()
 {
-	return core_.variables(loss_scaler_);
+	return core_.variables();
 }
 
 void ParameterServerStrategy::variables_restored()
 {
-	// Every owner read its share; rank 0 (always an owner) hands the loss scale and the step
-	// counter to the pure workers, and the owners send their values to every worker's model.
-	auto shared = loss_scaler_.state();
-	shared.push_back({std::string(step_counter_name), core_.step_counter()});
+	// Every owner read its share; rank 0 (always an owner) hands the step counter to the pure
+	// workers, and the owners send their values to every worker's parameters.
+	std::vector<NamedTensor> shared = {{std::string(step_counter_name), core_.step_counter()}};
 	broadcast_named(topology_, shared, 0);
 	transport_->publish(true);
 }

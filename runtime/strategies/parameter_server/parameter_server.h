@@ -26,22 +26,22 @@ class ParameterServerStrategy final : public Strategy {
 	using Clock = std::chrono::steady_clock;
 
 public:
-	ParameterServerStrategy(const Topology& topology, const Device& device, Model& model,
+	ParameterServerStrategy(const Topology& topology, const Device& device, const ParameterSet& parameters,
 				const OptimizerConfig& optimizer, const StrategyOptions& options);
 
 	bool is_worker() const override { return core_.is_worker(); }
 	int worker_index() const override { return core_.worker_index(); }
 	int workers() const override { return core_.workers(); }
-	ForwardResult accumulate(const Tensor& images, const Tensor& labels) override;
-	StepStats step(const Tensor& images, const Tensor& labels, float lr) override;
-	ForwardResult evaluate(const Tensor& images, const Tensor& labels) override;
+	GradReadyFn begin_final_backward() override { return {}; }
+	StepStats step(const StepRequest& request) override;
 	bool has_averages() const override { return core_.averages() != nullptr; }
 	void use_averages(bool averaged) override;
+	void reset_optimizer_state() override;
 	std::vector<NamedTensor> variables() override;
 	bool saves_variables() const override { return core_.my_owner() >= 0; }
 	void variables_restored() override;
 	uint64_t check_replicas() const override;
-	const LossScaler& loss_scaler() const override { return loss_scaler_; }
+	int64_t steps() const override { return core_.steps(); }
 	StrategyFacts facts() const override;
 
 	const Placement& placement() const { return core_.placement(); }
@@ -49,20 +49,16 @@ public:
 private:
 	void take_initial_values();
 	bool injecting() const;
-	int64_t& steps() const { return core_.steps(); }
 	bool finish_owned(float worker_factor, float owner_factor, double* grad_norm);
 
 	const Topology& topology_;
 	int rank_;
 	Device device_;
 	StrategyOptions options_;
-	Model* model_;
 	// Chosen once: shared memory when every rank shares one host, MPI otherwise. Declared before
 	// core_, whose owned slices view the owner's share it holds, so it is destroyed after them.
 	std::unique_ptr<PsTransport> transport_;
 	OwnedVariables core_; // roles, placement; owned slices are views of the transport's share
-	LossScaler loss_scaler_;
-	int micro_batches_ = 0;
 };
 
 } // namespace tower

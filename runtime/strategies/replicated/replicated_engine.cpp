@@ -7,6 +7,8 @@
 #include <exception>
 #include <limits>
 
+#include <fmt/ranges.h>
+
 #include "collectives/broadcast_named.h"
 #include "collectives/pack.h"
 #include "collectives/signature_check.h"
@@ -45,10 +47,10 @@ CommHandle replica_group_comm(const Topology& topology, const GroupAssignment& g
 
 } // namespace
 
-ReplicatedEngine::ReplicatedEngine(const Topology& topology, const Device& device, Model& model,
-				     Optimizer& optimizer, const ReplicatedEngineOptions& options)
-	: topology_(topology), device_(device), model_(model), optimizer_(optimizer), options_(options),
-	  parameters_(model.parameters()), loss_scaler_(options.loss_scale)
+ReplicatedEngine::ReplicatedEngine(const Topology& topology, const Device& device, const ParameterSet& parameters,
+				   Optimizer& optimizer, const ReplicatedEngineOptions& options)
+	: topology_(topology), device_(device), optimizer_(optimizer), options_(options),
+	  parameters_(parameters.parameters), compute_type_(parameters.compute_type)
 {
 	if (options_.compress != DType::f32 && options_.compress != DType::f16 && options_.compress != DType::bf16)
 		throw AgreedError(fmt::format("--compress {}: gradients travel as f32 (none), f16 or bf16",
@@ -62,19 +64,16 @@ ReplicatedEngine::ReplicatedEngine(const Topology& topology, const Device& devic
 	all_reduce_ = make_all_reduce(topology_, device_, options_.mode, options_.groups, options_.all_reduce);
 	replica_comm_ = replica_group_comm(topology_, options_.groups);
 	bind_gradients_to_buckets();
-	// Device tensors and the loss scaler's host tensors travel in separate broadcasts.
 	auto variables_to_sync = parameter_tensors();
 	for (auto& s : optimizer_.state())
 		variables_to_sync.push_back(s);
 	broadcast_named(topology_, variables_to_sync, 0);
-	auto scaler_state = loss_scaler_.state();
-	broadcast_named(topology_, scaler_state, 0);
 	// After the broadcast: a sharded update keeps one copy of the variables per node, made from
 	// the node's first rank's, so the replicas must agree first.
 	if (options_.shard_update && !device_.is_cuda() && compressed_storage_.empty() &&
 	    ShardedUpdate::applies(*all_reduce_, plan_))
 		update_ = std::make_unique<ShardedUpdate>(*all_reduce_, plan_, bucket_storage_, options_.reduce, parameters_,
-							  optimizer_, model_.precision());
+							  optimizer_, compute_type_);
 	else
 		update_ = std::make_unique<WholeUpdate>(*all_reduce_, plan_, bucket_storage_, compressed_storage_, device_,
 							options_.reduce, parameters_, optimizer_);
@@ -162,8 +161,6 @@ std::vector<NamedTensor> ReplicatedEngine::variables() const
 	auto out = parameter_tensors();
 	for (auto& s : optimizer_.state())
 		out.push_back(s);
-	for (auto& s : const_cast<LossScaler&>(loss_scaler_).state())
-		out.push_back(s);
 	out.push_back({std::string(step_counter_name), global_step_});
 	return out;
 }
@@ -206,13 +203,30 @@ void ReplicatedEngine::reduce_bucket(size_t b)
 void ReplicatedEngine::on_gradient_ready(const Parameter& parameter)
 {
 	const auto found = parameter_index_.find(&parameter);
-	TOWER_CHECK(found != parameter_index_.end(), "gradient of '{}' reported ready but it is not a registered "
-		    "parameter", parameter.name);
+	TOWER_CHECK(found != parameter_index_.end(), "gradient of '{}' reported ready but it is not one of the "
+		    "parameters this optimizer was built over", parameter.name);
+	TOWER_CHECK(!reported_[found->second], "gradient of '{}' reported ready twice in one step", parameter.name);
+	reported_[found->second] = true;
 	poison_if_injecting(parameter);
 	last_gradient_ready_ = Clock::now();
 	const size_t b = bucket_of_parameter_[found->second];
 	if (--pending_in_bucket_[b] == 0)
 		comm_thread_->submit([this, b] { reduce_bucket(b); });
+}
+
+void ReplicatedEngine::check_every_gradient_reported() const
+{
+	// Checked before waiting: a bucket never submitted here would leave the other ranks waiting
+	// in its all-reduce, so this rank must stop the job with the name of what is missing.
+	std::vector<std::string> missing;
+	for (size_t i = 0; i < parameters_.size(); ++i)
+		if (!reported_[i])
+			missing.push_back(parameters_[i]->name);
+	if (!missing.empty())
+		throw Error(fmt::format("rank {}: step() but the gradient of {} parameter(s) was never reported ready "
+					"during the last backward pass ({}); call the callback of begin_final_backward() "
+					"once for every parameter",
+					topology_.rank(), missing.size(), fmt::join(missing, ", ")));
 }
 
 void ReplicatedEngine::poison_if_injecting(const Parameter& parameter)
@@ -224,62 +238,36 @@ void ReplicatedEngine::poison_if_injecting(const Parameter& parameter)
 	poisoned_ = true;
 }
 
-ForwardResult ReplicatedEngine::accumulate(const Tensor& images, const Tensor& labels)
+GradReadyFn ReplicatedEngine::begin_final_backward()
 {
-	const ForwardResult result = forward(images, labels);
-	BackwardOptions options;
-	options.accumulate = micro_batches_ > 0;
-	options.loss_scale = loss_scaler_.scale();
-	timeline::Span span("backward", "compute");
-	model_.backward({}, options);
-	++micro_batches_;
-	return result;
-}
-
-void ReplicatedEngine::backward(bool communicate, StepStats* stats)
-{
-	BackwardOptions options;
-	options.accumulate = micro_batches_ > 0;
-	options.loss_scale = loss_scaler_.scale();
-	const auto start = Clock::now();
-	timeline::Span span("backward", "compute");
-	if (communicate)
-		model_.backward([this](const Parameter& p) { on_gradient_ready(p); }, options);
-	else
-		model_.backward({}, options);
-	// On a GPU backward returns once its kernels are queued: wait for them, so compute_s counts
-	// the kernels rather than their launches.
-	wait_default_stream(device_);
-	stats->compute_s += seconds(Clock::now() - start);
-	++micro_batches_;
-}
-
-StepStats ReplicatedEngine::step(const Tensor& images, const Tensor& labels, float lr)
-{
-	StepStats stats;
-	stats.loss_scale_log2 = loss_scaler_.log2_scale();
 	poisoned_ = false;
+	final_backward_ = true;
 	for (size_t b = 0; b < plan_.buckets.size(); ++b)
 		pending_in_bucket_[b] = plan_.buckets[b].members.size();
+	reported_.assign(parameters_.size(), false);
+	backward_start_ = Clock::now();
+	if (!comm_thread_)
+		return {};
+	return [this](const Parameter& p) { on_gradient_ready(p); };
+}
 
-	const auto start = Clock::now();
-	stats.forward = forward(images, labels);
-	stats.compute_s = seconds(Clock::now() - start);
-	const auto backward_start = Clock::now();
-	backward(comm_thread_ != nullptr, &stats);
+StepStats ReplicatedEngine::step(const StepRequest& request)
+{
+	TOWER_CHECK(final_backward_, "step() without begin_final_backward() before the last backward pass: the "
+		    "gradients were never reported");
+	final_backward_ = false;
+	StepStats stats;
+	stats.micro_batches = request.micro_batches;
 	// Communication before the last gradient was ready ran beside backward's compute; measuring
-	// up to backward's return instead would count time the scheduler merely interleaved. On a GPU
-	// the last gradient is reported when its kernel is queued, and backward() returned only after
-	// the kernels finished: that is the end.
+	// up to step() instead would count time the scheduler merely interleaved. On a GPU the last
+	// gradient is reported when its kernel is queued, and the program waited for the kernels
+	// before calling step(): that is the end.
 	const auto backward_end = comm_thread_ && !device_.is_cuda() ? last_gradient_ready_ : Clock::now();
-	stats.micro_batches = micro_batches_;
 
 	if (comm_thread_) {
+		check_every_gradient_reported();
 		timeline::Span wait("wait for all-reduce", "wait");
 		comm_thread_->wait_all();
-		for (size_t b = 0; b < pending_in_bucket_.size(); ++b)
-			TOWER_CHECK(pending_in_bucket_[b] == 0, "bucket {} still waits for {} gradient(s) after backward: "
-				    "the model did not report every gradient ready", b, pending_in_bucket_[b]);
 	} else {
 		if (!parameters_.empty())
 			poison_if_injecting(*parameters_.back());
@@ -292,32 +280,19 @@ StepStats ReplicatedEngine::step(const Tensor& images, const Tensor& labels, flo
 		stats.allreduce_s += seconds(i.end - i.start);
 		const auto overlap_end = std::min(i.end, backward_end);
 		if (overlap_end > i.start)
-			hidden += seconds(overlap_end - std::max(i.start, backward_start));
+			hidden += seconds(overlap_end - std::max(i.start, backward_start_));
 	}
 	stats.hidden_fraction = stats.allreduce_s > 0 ? hidden / stats.allreduce_s : 0;
 	stats.allreduce_bytes = bytes_moved_per_step();
 
 	// The sum over micro-batches becomes their mean, and the loss scale comes off.
-	const float factor = 1.0f / (static_cast<float>(micro_batches_) * loss_scaler_.scale());
+	const float factor = 1.0f / (static_cast<float>(request.micro_batches) * request.loss_scale);
 	{
 		timeline::Span span("optimizer step", "update");
-		stats.skipped = !update_->finish(factor, lr, &stats.grad_norm);
+		stats.skipped = !update_->finish(factor, request.lr, &stats.grad_norm);
 	}
-	loss_scaler_.update(stats.skipped);
-	micro_batches_ = 0;
 	++steps();
 	return stats;
-}
-
-ForwardResult ReplicatedEngine::evaluate(const Tensor& images, const Tensor& labels)
-{
-	return model_.forward(images, labels);
-}
-
-ForwardResult ReplicatedEngine::forward(const Tensor& images, const Tensor& labels)
-{
-	timeline::Span span("forward", "compute");
-	return model_.forward(images, labels);
 }
 
 uint64_t ReplicatedEngine::check_replicas() const

@@ -8,9 +8,7 @@
 
 #include "collectives/all_reduce.h"
 #include "collectives/bucket_plan.h"
-#include "models/model.h"
 #include "base/tensor/named_tensor.h"
-#include "optim/loss_scale.h"
 #include "optim/optimizer.h"
 #include "runtime/strategies/replicated/comm_thread.h"
 #include "runtime/strategies/replicated/gradient_update.h"
@@ -29,31 +27,27 @@ public:
 	// Collective over the topology's world. Checks that every rank's gradient list matches rank
 	// 0's (tower::AgreedError on every rank naming what differs), plans the fused buckets and
 	// binds each parameter's gradient to its place inside one, then broadcasts rank 0's
-	// parameters and optimizer state to every rank. `model` and `optimizer` must outlive it.
-	ReplicatedEngine(const Topology& topology, const Device& device, Model& model, Optimizer& optimizer,
-			  const ReplicatedEngineOptions& options);
+	// parameters and optimizer state to every rank. The parameters and `optimizer` must outlive it.
+	ReplicatedEngine(const Topology& topology, const Device& device, const ParameterSet& parameters,
+			 Optimizer& optimizer, const ReplicatedEngineOptions& options);
 	// Gives the gradients (and, after a sharded update, the parameters and optimizer state)
-	// memory of their own again: the model and the optimizer may outlive the engine.
+	// memory of their own again: the parameters and the optimizer may outlive the engine.
 	~ReplicatedEngine();
 	ReplicatedEngine(const ReplicatedEngine&) = delete;
 	ReplicatedEngine& operator=(const ReplicatedEngine&) = delete;
 
-	// Gradient accumulation: forward and backward of one micro-batch, summing the gradients
-	// locally with no communication. The next step() adds its own micro-batch and divides the
-	// sum by the number of micro-batches.
-	ForwardResult accumulate(const Tensor& images, const Tensor& labels);
+	// Before the last micro-batch's backward: with overlap, the callback that starts each
+	// bucket's all-reduce as soon as its last gradient is final; empty without (step() then
+	// reduces every bucket). Earlier micro-batches' backward passes only sum into the gradients.
+	GradReadyFn begin_final_backward();
 
-	// One training step on this rank's (last) micro-batch: forward and backward, the fused
-	// all-reduce of the gradients (overlapped with backward when asked), un-scaling by the loss
-	// scale and the micro-batch count, the non-finite check, then the optimizer step with `lr`,
-	// skipped on every rank when any reduced gradient is inf or NaN.
-	StepStats step(const Tensor& images, const Tensor& labels, float lr);
+	// After the last backward: the fused all-reduce of the gradients (already running with
+	// overlap), un-scaling by the loss scale and the micro-batch count, the non-finite check,
+	// then the optimizer step, skipped on every rank when any reduced gradient is inf or NaN.
+	StepStats step(const StepRequest& request);
 
-	// Forward only, for evaluation; gradients and parameters are untouched.
-	ForwardResult evaluate(const Tensor& images, const Tensor& labels);
-
-	// The parameters, then the optimizer state, then the loss-scale state (what the post-init
-	// broadcast sends), then the step counter.
+	// The parameters, then the optimizer state (what the post-init broadcast sends), then the
+	// step counter.
 	std::vector<NamedTensor> variables() const;
 	std::vector<NamedTensor> parameter_tensors() const;
 
@@ -69,7 +63,7 @@ public:
 	size_t bytes_moved_per_step() const;
 	int group_size() const { return all_reduce_->group_size(); }
 	AllReduceMode mode() const { return all_reduce_->mode(); }
-	const LossScaler& loss_scaler() const { return loss_scaler_; }
+	int64_t steps_taken() const { return steps(); }
 	// Whether steps split the update across the node's replicas (options.shard_update, where it
 	// applies).
 	bool update_is_sharded() const { return update_->is_sharded(); }
@@ -86,8 +80,7 @@ private:
 	void bind_gradients_to_buckets();
 	void on_gradient_ready(const Parameter& parameter);
 	void reduce_bucket(size_t bucket);
-	ForwardResult forward(const Tensor& images, const Tensor& labels); // a training forward, on the timeline
-	void backward(bool communicate, StepStats* stats);
+	void check_every_gradient_reported() const;
 	void poison_if_injecting(const Parameter& parameter);
 
 	struct Interval {
@@ -96,23 +89,23 @@ private:
 
 	const Topology& topology_;
 	Device device_;
-	Model& model_;
 	Optimizer& optimizer_;
 	ReplicatedEngineOptions options_;
 	std::vector<Parameter*> parameters_;
+	DType compute_type_;
 	std::unordered_map<const Parameter*, size_t> parameter_index_;
 	BucketPlan plan_;
 	std::vector<Tensor> bucket_storage_;
 	std::vector<Tensor> compressed_storage_; // per bucket, in options_.compress, when compressing
-	LossScaler loss_scaler_;
-	int micro_batches_ = 0; // accumulated since the last step
 	// Steps taken, step_counter_name (i64 [1], host) among the variables: a checkpoint restores it.
 	Tensor global_step_ = Tensor::zeros({1}, DType::i64, Device{});
 	int64_t& steps() const { return *global_step_.data_as<int64_t>(); }
 	bool poisoned_ = false;
-	Clock::time_point last_gradient_ready_;
+	bool final_backward_ = false; // begin_final_backward() was called for the coming step()
+	Clock::time_point backward_start_, last_gradient_ready_;
 	std::vector<size_t> bucket_of_parameter_;
 	std::vector<size_t> pending_in_bucket_;
+	std::vector<bool> reported_; // per parameter, in the step under way
 	std::unique_ptr<AllReduce> all_reduce_;
 	CommHandle replica_comm_; // the ranks that must hold identical parameters
 	std::vector<Interval> reduce_intervals_; // written by whichever thread reduces; read after

@@ -9,10 +9,10 @@ namespace tower {
 
 namespace {
 
-std::vector<NamedTensor> parameter_values(Model& model)
+std::vector<NamedTensor> parameter_values(const std::vector<Parameter*>& parameters)
 {
 	std::vector<NamedTensor> out;
-	for (Parameter* p : model.parameters())
+	for (Parameter* p : parameters)
 		out.push_back({p->name, p->value});
 	return out;
 }
@@ -29,34 +29,33 @@ size_t per_element_state_bytes(Optimizer& optimizer)
 
 } // namespace
 
-ReplicatedStrategy::ReplicatedStrategy(const Topology& topology, const Device& device, Model& model,
+ReplicatedStrategy::ReplicatedStrategy(const Topology& topology, const Device& device, const ParameterSet& parameters,
 				       const OptimizerConfig& optimizer, const StrategyOptions& options)
-	: topology_(topology), rank_(topology.rank()), world_size_(topology.size()), model_(model),
-	  optimizer_(make_optimizer(optimizer, model.parameters())),
-	  engine_(std::make_unique<ReplicatedEngine>(topology, device, model, *optimizer_,
+	: topology_(topology), rank_(topology.rank()), world_size_(topology.size()), parameters_(parameters.parameters),
+	  optimizer_(make_optimizer(optimizer, parameters_)),
+	  engine_(std::make_unique<ReplicatedEngine>(topology, device, parameters, *optimizer_,
 						     ReplicatedEngineOptions{options.gradients, options.replicated}))
 {
 	// The engine has made every replica rank 0's, so the averages start equal everywhere.
 	if (options.ema_decay)
-		averages_ = std::make_unique<VariableAverages>(*options.ema_decay, parameter_values(model_));
+		averages_ = std::make_unique<VariableAverages>(*options.ema_decay, parameter_values(parameters_));
 }
 
-ForwardResult ReplicatedStrategy::accumulate(const Tensor& images, const Tensor& labels)
+StepStats ReplicatedStrategy::step(const StepRequest& request)
 {
-	return engine_->accumulate(images, labels);
-}
-
-StepStats ReplicatedStrategy::step(const Tensor& images, const Tensor& labels, float lr)
-{
-	const StepStats stats = engine_->step(images, labels, lr);
+	const StepStats stats = engine_->step(request);
 	if (averages_ && !stats.skipped)
 		averages_->update();
 	return stats;
 }
 
-ForwardResult ReplicatedStrategy::evaluate(const Tensor& images, const Tensor& labels)
+void ReplicatedStrategy::reset_optimizer_state()
 {
-	return engine_->evaluate(images, labels);
+	// Where the node keeps one copy of the optimizer state, one rank zeroes it for the node.
+	engine_->write_variables([&](bool writes) {
+		if (writes)
+			optimizer_->reset_state();
+	});
 }
 
 void ReplicatedStrategy::use_averages(bool averaged)
