@@ -7,6 +7,7 @@
 
 #include <doctest/doctest.h>
 
+#include "base/clock.h"
 #include "base/tensor/memory.h"
 #include "data/batch_assembler.h"
 #include "data/sampler.h"
@@ -48,10 +49,12 @@ ForwardResult ModelEngine::accumulate(const Tensor& images, const Tensor& labels
 
 StepStats ModelEngine::step(const Tensor& images, const Tensor& labels, float lr)
 {
+	const auto start = SteadyClock::now();
 	const ForwardResult result = model_.forward(images, labels);
 	const GradReadyFn ready = begin_final_backward();
 	model_.backward(ready, {passes_ > 0, scaler_.scale()});
 	wait_default_stream(model_.parameters().front()->value.device());
+	const double compute_s = seconds_since(start);
 	StepRequest request;
 	request.lr = lr;
 	request.loss_scale = scaler_.scale();
@@ -59,6 +62,7 @@ StepStats ModelEngine::step(const Tensor& images, const Tensor& labels, float lr
 	passes_ = 0;
 	StepStats stats = ReplicatedEngine::step(request);
 	stats.forward = result;
+	stats.compute_s = compute_s;
 	stats.loss_scale_log2 = scaler_.log2_scale();
 	scaler_.update(stats.skipped);
 	return stats;

@@ -16,7 +16,9 @@
 #include "base/error.h"
 #include "base/device/gpu_runtime.h"
 #include "base/tensor/memory.h"
+#include "base/mpi/agree.h"
 #include "base/mpi/mpi_check.h"
+#include "base/mpi/scalars.h"
 #include "base/watchdog/watched_wait.h"
 #include "runtime/safety/replica_check.h"
 #include "runtime/strategies/replicated/sharded_update.h"
@@ -63,6 +65,7 @@ ReplicatedEngine::ReplicatedEngine(const Topology& topology, const Device& devic
 	check_gradient_list(topology_.world(), parameters_);
 	all_reduce_ = make_all_reduce(topology_, device_, options_.mode, options_.groups, options_.all_reduce);
 	replica_comm_ = replica_group_comm(topology_, options_.groups);
+	report_comm_ = duplicate_comm(topology_.world());
 	bind_gradients_to_buckets();
 	auto variables_to_sync = parameter_tensors();
 	for (auto& s : optimizer_.state())
@@ -202,31 +205,60 @@ void ReplicatedEngine::reduce_bucket(size_t b)
 
 void ReplicatedEngine::on_gradient_ready(const Parameter& parameter)
 {
+	// A wrong report is kept for the end of the step, where every rank hears of it: thrown here,
+	// it would leave the other ranks inside an all-reduce.
 	const auto found = parameter_index_.find(&parameter);
-	TOWER_CHECK(found != parameter_index_.end(), "gradient of '{}' reported ready but it is not one of the "
-		    "parameters this optimizer was built over", parameter.name);
-	TOWER_CHECK(!reported_[found->second], "gradient of '{}' reported ready twice in one step", parameter.name);
+	if (found == parameter_index_.end()) {
+		report_problems_.push_back(fmt::format("'{}' was reported ready but is not one of this optimizer's "
+						       "parameters", parameter.name));
+		return;
+	}
+	if (reported_[found->second]) {
+		report_problems_.push_back(fmt::format("'{}' was reported ready twice", parameter.name));
+		return;
+	}
 	reported_[found->second] = true;
 	poison_if_injecting(parameter);
 	last_gradient_ready_ = Clock::now();
-	const size_t b = bucket_of_parameter_[found->second];
-	if (--pending_in_bucket_[b] == 0)
-		comm_thread_->submit([this, b] { reduce_bucket(b); });
+	--pending_in_bucket_[bucket_of_parameter_[found->second]];
+	// Buckets leave in plan order on every rank, whatever order a program reports its gradients
+	// in: the all-reduces of one communicator must be the same sequence everywhere. The models'
+	// backward reports in the plan's order, so each bucket still leaves as soon as it is full.
+	while (next_bucket_ < plan_.buckets.size() && pending_in_bucket_[next_bucket_] == 0)
+		submit_next_bucket();
 }
 
-void ReplicatedEngine::check_every_gradient_reported() const
+void ReplicatedEngine::submit_next_bucket()
 {
-	// Checked before waiting: a bucket never submitted here would leave the other ranks waiting
-	// in its all-reduce, so this rank must stop the job with the name of what is missing.
+	const size_t b = next_bucket_++;
+	comm_thread_->submit([this, b] { reduce_bucket(b); });
+}
+
+void ReplicatedEngine::wait_for_reported_buckets()
+{
 	std::vector<std::string> missing;
 	for (size_t i = 0; i < parameters_.size(); ++i)
 		if (!reported_[i])
-			missing.push_back(parameters_[i]->name);
+			missing.push_back(fmt::format("'{}'", parameters_[i]->name));
+	// A rank that missed a report still sends every bucket it owes, in order: the other ranks are
+	// inside those all-reduces, and must come out of them to hear what went wrong.
+	while (!missing.empty() && next_bucket_ < plan_.buckets.size())
+		submit_next_bucket();
+	std::vector<std::string> problems = report_problems_;
 	if (!missing.empty())
-		throw Error(fmt::format("rank {}: step() but the gradient of {} parameter(s) was never reported ready "
-					"during the last backward pass ({}); call the callback of begin_final_backward() "
-					"once for every parameter",
-					topology_.rank(), missing.size(), fmt::join(missing, ", ")));
+		problems.push_back(fmt::format("the gradient of {} was never reported ready during the last backward pass",
+					       fmt::join(missing, ", ")));
+	{
+		timeline::Span wait("wait for all-reduce", "wait");
+		comm_thread_->wait_all();
+	}
+	const int64_t worst = all_reduce_scalar(report_comm_.get(), static_cast<int64_t>(problems.size()), MPI_MAX,
+						"count of wrong gradient reports");
+	if (worst > 0)
+		agree(report_comm_.get(),
+		      problems.empty() ? std::string()
+				       : fmt::format("{}; call BackwardPass::on_ready once for every parameter, as soon as its "
+						     "gradient is final", fmt::join(problems, "; ")));
 }
 
 void ReplicatedEngine::poison_if_injecting(const Parameter& parameter)
@@ -245,6 +277,8 @@ GradReadyFn ReplicatedEngine::begin_final_backward()
 	for (size_t b = 0; b < plan_.buckets.size(); ++b)
 		pending_in_bucket_[b] = plan_.buckets[b].members.size();
 	reported_.assign(parameters_.size(), false);
+	report_problems_.clear();
+	next_bucket_ = 0;
 	backward_start_ = Clock::now();
 	if (!comm_thread_)
 		return {};
@@ -265,9 +299,7 @@ StepStats ReplicatedEngine::step(const StepRequest& request)
 	const auto backward_end = comm_thread_ && !device_.is_cuda() ? last_gradient_ready_ : Clock::now();
 
 	if (comm_thread_) {
-		check_every_gradient_reported();
-		timeline::Span wait("wait for all-reduce", "wait");
-		comm_thread_->wait_all();
+		wait_for_reported_buckets();
 	} else {
 		if (!parameters_.empty())
 			poison_if_injecting(*parameters_.back());

@@ -80,7 +80,8 @@ private:
 	void bind_gradients_to_buckets();
 	void on_gradient_ready(const Parameter& parameter);
 	void reduce_bucket(size_t bucket);
-	void check_every_gradient_reported() const;
+	void submit_next_bucket();
+	void wait_for_reported_buckets();
 	void poison_if_injecting(const Parameter& parameter);
 
 	struct Interval {
@@ -106,8 +107,11 @@ private:
 	std::vector<size_t> bucket_of_parameter_;
 	std::vector<size_t> pending_in_bucket_;
 	std::vector<bool> reported_; // per parameter, in the step under way
+	size_t next_bucket_ = 0;     // the next bucket to submit, in plan order
+	std::vector<std::string> report_problems_; // wrong reports in the step under way
 	std::unique_ptr<AllReduce> all_reduce_;
 	CommHandle replica_comm_; // the ranks that must hold identical parameters
+	CommHandle report_comm_;  // the world's: whether every rank reported every gradient
 	std::vector<Interval> reduce_intervals_; // written by whichever thread reduces; read after
 	// Whole or node-sharded, chosen once; after all_reduce_: a sharded one lives in its memory.
 	std::unique_ptr<GradientUpdate> update_;
