@@ -72,29 +72,43 @@ def plot_runs(paths, output, plt):
                      "steps": [x for x in rows if x.get("event") == "step"],
                      "evals": [x for x in rows if x.get("event") == "eval"]})
         if not runs[-1]["steps"]:
-            sys.exit(f"tower plot: {path} holds no step lines; pass files written by tower train --metrics")
-    panels = [("loss", "steps", "loss", "training loss"),
-              ("test_accuracy", "evals", "test accuracy", "test accuracy"),
-              ("samples_per_s", "steps", "samples/s", "throughput"),
-              ("allreduce_ms", "steps", "ms per step", "gradient communication time")]
-    figure, axes = plt.subplots(2, 2, figsize=(12, 8))
-    for (key, source, ylabel, title), ax in zip(panels, axes.flat):
+            sys.exit(f"tower plot: {path} holds no step lines; pass metrics files (tower train --metrics, "
+                     f"examples/gan's metrics.jsonl)")
+    # A panel draws every key it matches: "loss" for tower train, "loss_G" and "loss_D" for a
+    # program with several optimizers (examples/gan), and each optimizer's loss scale.
+    def losses(key):
+        return key == "loss" or (key.startswith("loss_") and not key.startswith("loss_scale"))
+
+    panels = [(losses, "steps", "loss", "training loss"),
+              (lambda k: k == "test_accuracy", "evals", "test accuracy", "test accuracy"),
+              (lambda k: k == "samples_per_s", "steps", "samples/s", "throughput"),
+              (lambda k: k == "allreduce_ms", "steps", "ms per step", "gradient communication time"),
+              (lambda k: k.startswith("loss_scale_log2"), "steps", "log2 of the scale", "loss scale")]
+    figure, axes = plt.subplots(2, 3, figsize=(16, 8))
+    axes.flat[-1].axis("off")
+    for (matches, source, ylabel, title), ax in zip(panels, axes.flat):
         drawn = []
         for run, label in zip(runs, run_labels(runs)):
-            points = [(x["step"], x[key]) for x in run[source] if x.get(key) is not None]
-            if points:
+            keys = list(dict.fromkeys(k for x in run[source] for k in x if matches(k)))
+            for key in keys:
+                points = [(x["step"], x[key]) for x in run[source] if x.get(key) is not None]
+                if not points:
+                    continue
+                name = label if len(keys) == 1 else f"{label} {key}"
                 ax.plot(*zip(*points), marker="o" if source == "evals" or len(points) < 30 else None,
-                        markersize=4, label=label)
-                drawn.append(f"{label} ({len(points)} points)")
+                        markersize=4, label=name)
+                drawn.append(f"{name} ({len(points)} points)")
         print(f"{title}: {', '.join(drawn) or 'nothing'}")
         ax.set_title(title)
         ax.set_xlabel("step")
         ax.set_ylabel(ylabel)
         ax.grid(True, alpha=0.3)
-        if key == "test_accuracy" and not any(r["evals"] for r in runs):
+        if len(drawn) > 1 and ax is not axes.flat[0]:
+            ax.legend(fontsize=8)
+        if source == "evals" and not any(r["evals"] for r in runs):
             ax.text(0.5, 0.5, "no evaluation in these runs", ha="center", va="center", transform=ax.transAxes)
     axes.flat[0].legend(fontsize=8)
-    figure.suptitle("tower train: " + ", ".join(os.path.basename(r["path"]) for r in runs), fontsize=10)
+    figure.suptitle("tower plot: " + ", ".join(os.path.basename(r["path"]) for r in runs), fontsize=10)
     figure.tight_layout()
     figure.savefig(output, dpi=110)
 
