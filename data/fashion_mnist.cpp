@@ -3,7 +3,10 @@
 
 #include "data/idx_file.h"
 #include "base/mpi/agree.h"
+#include "base/content_hash.h"
 #include "base/error.h"
+
+#include <algorithm>
 
 namespace tower {
 
@@ -78,6 +81,25 @@ Dataset load_fashion_mnist_agreed(MPI_Comm comm, const std::string& dir, Split s
 	}
 	agree(comm, problem);
 	return d;
+}
+
+std::vector<SampleField> Dataset::fields() const
+{
+	return {{"images", DType::f32, {1, rows, cols}}, {"labels", DType::i32, {}}};
+}
+
+void Dataset::copy_sample(int64_t index, const std::vector<void*>& out) const
+{
+	const auto n = static_cast<size_t>(sample_size());
+	std::copy_n(images.data() + static_cast<size_t>(index) * n, n, static_cast<float*>(out[0]));
+	*static_cast<int32_t*>(out[1]) = labels[static_cast<size_t>(index)];
+}
+
+std::string Dataset::describe() const
+{
+	uint64_t h = content_hash(images.data(), images.size() * sizeof(float));
+	h = content_hash(labels.data(), labels.size() * sizeof(int32_t), h);
+	return fmt::format("{} samples of {}x{}, checksum {:016x}", count, rows, cols, h);
 }
 
 } // namespace tower

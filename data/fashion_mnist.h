@@ -7,17 +7,26 @@
 
 #include <mpi.h>
 
+#include "data/sample_set.h"
+
 namespace tower {
 
 enum class Split { train, test };
 
-struct Dataset {
+// Grey images with a class label each: the sample set of the built-in classifiers, whose samples
+// are "images" (f32 [1, rows, cols]) and "labels" (i32 []).
+struct Dataset : SampleSet {
 	int64_t count = 0;
 	int64_t rows = 0;
 	int64_t cols = 0;
 	std::vector<float> images;   // count x rows x cols, x / 255
 	std::vector<int32_t> labels; // count
 	int64_t sample_size() const { return rows * cols; }
+
+	int64_t size() const override { return count; }
+	std::vector<SampleField> fields() const override;
+	void copy_sample(int64_t index, const std::vector<void*>& out) const override;
+	std::string describe() const override;
 };
 
 constexpr int64_t fashion_mnist_side = 28;

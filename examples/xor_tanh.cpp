@@ -19,6 +19,7 @@
 #include "base/error.h"
 #include "base/mpi/topology.h"
 #include "base/mpi/world.h"
+#include "data/fashion_mnist.h"
 #include "runtime/trainer.h"
 
 namespace {

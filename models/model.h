@@ -4,6 +4,7 @@
 #include <functional>
 #include <vector>
 
+#include "base/tensor/batch.h"
 #include "base/tensor/parameter.h"
 
 namespace tower {
@@ -20,8 +21,8 @@ struct BackwardOptions {
 };
 
 struct ForwardResult {
-	float loss = 0.0f;   // mean softmax cross-entropy over the batch
-	int64_t correct = 0; // samples whose arg-max logit equals the label
+	float loss = 0.0f;    // the model's loss, a mean over the batch (the classifiers' cross-entropy)
+	int64_t correct = -1; // classifiers: samples whose arg-max logit equals the label; -1 otherwise
 };
 
 class Model {
@@ -32,9 +33,15 @@ public:
 	// the model's life.
 	virtual std::vector<Parameter*> parameters() = 0;
 
-	// images: f32 [B, 1, 28, 28] on the model's device; labels: i32 [B] on the same device.
-	// Keeps what backward needs. The loss is f32 whatever the model's compute precision.
-	virtual ForwardResult forward(const Tensor& images, const Tensor& labels) = 0;
+	// The loss of a batch of named tensors on the model's device (the built-in classifiers read
+	// "images", f32 [B, 1, 28, 28], and "labels", i32 [B]). Keeps what backward needs. The loss is
+	// f32 whatever the model's compute precision.
+	virtual ForwardResult forward(const Batch& batch) = 0;
+	// A classifier's batch by its two tensors.
+	ForwardResult forward(const Tensor& images, const Tensor& labels)
+	{
+		return forward(Batch{{{"images", images}, {"labels", labels}}});
+	}
 
 	// Differentiates the last forward's loss times options.loss_scale into the f32
 	// Parameter::grad (overwritten, or added to with options.accumulate). `on_ready` (may be

@@ -28,8 +28,10 @@ std::vector<Parameter*> SequentialModel::parameters()
 	return all;
 }
 
-ForwardResult SequentialModel::forward(const Tensor& images, const Tensor& labels)
+ForwardResult SequentialModel::forward(const Batch& batch)
 {
+	const Tensor& images = batch.get("images");
+	const Tensor& labels = batch.get("labels");
 	TOWER_CHECK(images.dtype() == DType::f32 && labels.dtype() == DType::i32,
 		    "a model takes f32 images and i32 labels, got {} and {}", dtype_name(images.dtype()),
 		    dtype_name(labels.dtype()));

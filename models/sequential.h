@@ -19,7 +19,9 @@ public:
 			DType precision = DType::f32);
 
 	std::vector<Parameter*> parameters() override;
-	ForwardResult forward(const Tensor& images, const Tensor& labels) override;
+	using Model::forward;
+	// Reads the batch's "images" and "labels".
+	ForwardResult forward(const Batch& batch) override;
 	void backward(const GradReadyFn& on_ready, const BackwardOptions& options) override;
 
 	const Device& device() const { return device_; }

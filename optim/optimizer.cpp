@@ -87,8 +87,22 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, const s
 
 void Optimizer::reset_state()
 {
+	reset_parameter_state();
+	reset_step_counter();
+}
+
+void Optimizer::reset_parameter_state()
+{
+	for (size_t i = 0; i < names_.size(); ++i)
+		for (Tensor* t : parameter_state(i))
+			t->zero();
+}
+
+void Optimizer::reset_step_counter()
+{
 	for (NamedTensor& s : state())
-		s.tensor.zero();
+		if (s.tensor.dtype() == DType::i64)
+			s.tensor.zero();
 }
 
 } // namespace tower

@@ -62,6 +62,10 @@ public:
 	// Zeroes every state tensor, the step counter included: the next update is a first one
 	// again (the StyleGAN2 seed's reset_optimizer_state).
 	void reset_state();
+	// The two halves of reset_state(), for state laid out in memory a node shares (one rank
+	// zeroes the per-parameter tensors, every rank its own step counter, the one i64 tensor).
+	void reset_parameter_state();
+	void reset_step_counter();
 
 	virtual std::string name() const = 0;
 

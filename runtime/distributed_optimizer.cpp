@@ -31,6 +31,9 @@ DistributedOptimizer::DistributedOptimizer(const Topology& topology, const Devic
 	: shared_(std::make_shared<Shared>()), settings_(settings), scaler_(options.gradients.loss_scale),
 	  topology_(topology), owns_state_(true)
 {
+	if (settings_.name.find('/') != std::string::npos)
+		throw AgreedError(fmt::format("optimizer name '{}': its variables are saved as NAME/variable, so a name "
+					      "holds no '/'", settings_.name));
 	if (settings_.check_agreement) {
 		RunFingerprint f;
 		f.add("optimizer name", settings_.name);
@@ -52,6 +55,9 @@ DistributedOptimizer::DistributedOptimizer(DistributedOptimizer& shared, const s
 	  topology_(shared.topology_), owns_state_(false)
 {
 	settings_.name = name;
+	if (name.find('/') != std::string::npos)
+		throw AgreedError(fmt::format("optimizer name '{}': its variables are saved as NAME/variable, so a name "
+					      "holds no '/'", name));
 	TOWER_CHECK(name != shared.name(), "an optimizer that shares '{}''s state needs a name of its own", name);
 	agree_on_scale(topology_, scaler_);
 }
@@ -68,23 +74,28 @@ Strategy& DistributedOptimizer::strategy() const
 	return *shared_->strategy;
 }
 
-void DistributedOptimizer::enter_step()
+void DistributedOptimizer::check_no_other_step() const
 {
 	const DistributedOptimizer* other = shared_->in_step;
 	if (other != nullptr && other != this)
 		throw Error(fmt::format("optimizer '{}': a step begins while '{}', which shares its state, is inside one; "
 					"finish that step() first", name(), other->name()));
+}
+
+void DistributedOptimizer::enter_step()
+{
+	check_no_other_step();
 	shared_->in_step = this;
 }
 
 bool DistributedOptimizer::begin_step()
 {
 	TOWER_CHECK(phase_ == Phase::idle, "optimizer '{}': begin_step() inside a step; call step() first", name());
-	enter_step();
-	if (!strategy().begin_step()) {
-		shared_->in_step = nullptr;
+	check_no_other_step();
+	// Marked inside a step only once the strategy agreed: a fetch that throws leaves nothing behind.
+	if (!strategy().begin_step())
 		return false;
-	}
+	shared_->in_step = this;
 	phase_ = Phase::begun;
 	passes_ = 0;
 	return true;

@@ -63,7 +63,8 @@ class DistributedOptimizer {
 public:
 	// Collective over the topology's world: builds `options.name` over `parameters` (which must
 	// outlive it; their gradients are allocated, and may be rebound into fused buckets). Every
-	// rank leaves with rank 0's parameter values and optimizer state.
+	// worker leaves with the same starting values: rank 0's, or each slice's owner's where the
+	// strategy places variables on owners.
 	DistributedOptimizer(const Topology& topology, const Device& device, std::vector<Parameter*> parameters,
 			     const OptimizerConfig& optimizer, const StrategyOptions& options,
 			     const DistributedOptimizerSettings& settings = {});
@@ -117,6 +118,7 @@ public:
 private:
 	struct Shared;
 	std::vector<NamedTensor> named(std::vector<NamedTensor> variables) const;
+	void check_no_other_step() const;
 	void enter_step();
 
 	std::shared_ptr<Shared> shared_; // the strategy, and which optimizer is inside a step

@@ -25,10 +25,10 @@ Tower::Tower(const Topology& topology, const Device& device, Model& model, const
 {
 }
 
-ForwardResult Tower::forward(const Tensor& images, const Tensor& labels)
+ForwardResult Tower::forward(const Batch& batch)
 {
 	timeline::Span span("forward", "compute");
-	return model_.forward(images, labels);
+	return model_.forward(batch);
 }
 
 void Tower::backward(bool last)
@@ -38,22 +38,22 @@ void Tower::backward(bool last)
 	model_.backward(pass.on_ready, pass.options);
 }
 
-ForwardResult Tower::accumulate(const Tensor& images, const Tensor& labels)
+ForwardResult Tower::accumulate(const Batch& batch)
 {
 	TOWER_CHECK(is_worker(), "this rank serves variables only and has no batch to accumulate");
-	const ForwardResult result = forward(images, labels);
+	const ForwardResult result = forward(batch);
 	backward(false);
 	return result;
 }
 
-StepStats Tower::step(const Tensor& images, const Tensor& labels, float lr)
+StepStats Tower::step(const Batch& batch, float lr)
 {
 	TOWER_CHECK(detached() == nullptr, "Tower::step() is for the lock-step strategies; --strategy {} trains with "
 		    "work() between start() and finish()", facts().name);
 	if (!is_worker())
 		return optimizer_.step(lr);
 	const auto start = SteadyClock::now();
-	const ForwardResult result = forward(images, labels);
+	const ForwardResult result = forward(batch);
 	backward(true);
 	// On a GPU backward returns once its kernels are queued: wait for them, so compute_s counts
 	// the kernels rather than their launches.
@@ -65,26 +65,25 @@ StepStats Tower::step(const Tensor& images, const Tensor& labels, float lr)
 	return stats;
 }
 
-bool Tower::work(const Tensor& images, const Tensor& labels, StepStats* stats)
+bool Tower::work(const Batch& batch, StepStats* stats)
 {
 	*stats = StepStats{};
 	if (!optimizer_.begin_step())
 		return false;
 	const auto start = SteadyClock::now();
-	const ForwardResult result = forward(images, labels);
+	const ForwardResult result = forward(batch);
 	backward(true);
 	const double compute_s = seconds_since(start);
-	const int64_t samples = images.shape().empty() ? 0 : images.shape()[0];
-	*stats = optimizer_.step(0.0f, {samples, static_cast<double>(result.loss)});
+	*stats = optimizer_.step(0.0f, {batch.samples(), static_cast<double>(result.loss)});
 	stats->forward = result;
 	stats->compute_s = compute_s;
 	return true;
 }
 
-ForwardResult Tower::evaluate(const Tensor& images, const Tensor& labels)
+ForwardResult Tower::evaluate(const Batch& batch)
 {
 	TOWER_CHECK(is_worker(), "this rank serves variables only and holds no model to evaluate");
-	return model_.forward(images, labels);
+	return model_.forward(batch);
 }
 
 } // namespace tower

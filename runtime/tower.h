@@ -22,16 +22,25 @@ public:
 
 	// Forward and backward of one micro-batch, summing into the gradients with no communication;
 	// the next step() adds its own micro-batch and divides by their number.
-	ForwardResult accumulate(const Tensor& images, const Tensor& labels);
+	ForwardResult accumulate(const Batch& batch);
 	// One training step on this rank's (last) micro-batch with learning rate `lr`: forward,
 	// backward with the gradients reported as they become final, then the optimizer's step.
-	// A server rank passes empty tensors. Lock-step strategies only.
-	StepStats step(const Tensor& images, const Tensor& labels, float lr);
+	// A server rank passes an empty batch. Lock-step strategies only.
+	StepStats step(const Batch& batch, float lr);
 	// One worker step of a detached strategy (async, sync-replicas) between its start() and
 	// finish(): fetch, forward, backward, push. False, without computing, once the run is over.
-	bool work(const Tensor& images, const Tensor& labels, StepStats* stats);
+	bool work(const Batch& batch, StepStats* stats);
 	// Forward only, with the parameters the model holds now (a worker's).
-	ForwardResult evaluate(const Tensor& images, const Tensor& labels);
+	ForwardResult evaluate(const Batch& batch);
+
+	// The same for a classifier's batch of images and labels.
+	ForwardResult accumulate(const Tensor& images, const Tensor& labels) { return accumulate(classified(images, labels)); }
+	StepStats step(const Tensor& images, const Tensor& labels, float lr) { return step(classified(images, labels), lr); }
+	bool work(const Tensor& images, const Tensor& labels, StepStats* stats)
+	{
+		return work(classified(images, labels), stats);
+	}
+	ForwardResult evaluate(const Tensor& images, const Tensor& labels) { return evaluate(classified(images, labels)); }
 
 	DistributedOptimizer& optimizer() { return optimizer_; }
 	const DistributedOptimizer& optimizer() const { return optimizer_; }
@@ -49,7 +58,11 @@ public:
 	DetachedStrategy* detached() { return optimizer_.detached(); }
 
 private:
-	ForwardResult forward(const Tensor& images, const Tensor& labels);
+	static Batch classified(const Tensor& images, const Tensor& labels)
+	{
+		return images.defined() ? Batch{{{"images", images}, {"labels", labels}}} : Batch{};
+	}
+	ForwardResult forward(const Batch& batch);
 	void backward(bool last);
 
 	Device device_;

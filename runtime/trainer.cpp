@@ -8,7 +8,7 @@
 #include <limits>
 #include <thread>
 
-#include "data/batch_assembler.h"
+#include "data/sample_batcher.h"
 #include "data/sampler.h"
 #include "base/mpi/agree.h"
 #include "base/error.h"
@@ -48,8 +48,8 @@ MetricsLog open_metrics(MPI_Comm comm, int rank, const std::string& path)
 
 // Every rank runs the same configuration on the same data with the same build: checked before
 // the run's first collective, so a difference is an error naming it rather than a hang.
-bool check_agreement(const Topology& topology, const Device& device, Model& model, const Dataset& train,
-		     const Dataset& test, const TrainerConfig& c)
+bool check_agreement(const Topology& topology, const Device& device, Model& model, const SampleSet& train,
+		     const SampleSet& test, const TrainerConfig& c)
 {
 	RunFingerprint f;
 	describe(f, c);
@@ -104,6 +104,22 @@ int64_t sum_over_ranks(MPI_Comm comm, int64_t value)
 	return all_reduce_scalar(comm, value, MPI_SUM, "summary totals");
 }
 
+// What a model defines of its evaluation: accuracy for a classifier, perplexity for the others.
+void add_evaluation(nlohmann::json& line, const EvalResult& e, const std::string& suffix)
+{
+	line["test_loss" + suffix] = e.loss;
+	if (e.classifies)
+		line["test_accuracy" + suffix] = e.accuracy;
+	else
+		line["test_perplexity" + suffix] = e.perplexity();
+}
+
+std::string evaluation_text(const EvalResult& e)
+{
+	return e.classifies ? fmt::format("test accuracy {:.2f}%  test loss {:.4f}", 100.0 * e.accuracy, e.loss)
+			    : fmt::format("test loss {:.4f}  perplexity {:.3f}", e.loss, e.perplexity());
+}
+
 // Sums of one logging window on this rank.
 struct Window {
 	int64_t updates = 0, worker_steps = 0, skipped = 0, finite_norms = 0;
@@ -121,7 +137,7 @@ struct Evaluation {
 // Everything one run needs, built in dependency order.
 class Trainer::Run {
 public:
-	Run(const Topology& topology, const Device& device, Model& model, const Dataset& train, const Dataset& test,
+	Run(const Topology& topology, const Device& device, Model& model, const SampleSet& train, const SampleSet& test,
 	    const TrainerConfig& c);
 	nlohmann::json run();
 	Tower& tower() { return *tower_; }
@@ -148,12 +164,12 @@ private:
 	bool agreed_; // before anything collective: the ranks run the same configuration
 	MetricsLog metrics_;
 	timeline::Recording timeline_; // started before the strategy is built: spans there are recorded too
-	const Dataset& train_;
-	const Dataset& test_;
+	const SampleSet& train_;
+	const SampleSet& test_;
 	std::unique_ptr<Tower> tower_;
 	StrategyFacts facts_;
 	DistributedSampler sampler_;
-	BatchAssembler assembler_;
+	SampleBatcher batcher_;
 	int64_t total_steps_;
 	LrSchedule schedule_;
 	Progress progress_;
@@ -173,16 +189,16 @@ private:
 	nlohmann::json detached_totals_; // async and sync-replicas: the chief's counters
 };
 
-Trainer::Run::Run(const Topology& topology, const Device& device, Model& model, const Dataset& train,
-		  const Dataset& test, const TrainerConfig& c)
+Trainer::Run::Run(const Topology& topology, const Device& device, Model& model, const SampleSet& train,
+		  const SampleSet& test, const TrainerConfig& c)
 	: c_(c), topology_(topology), device_(device), agreed_(check_agreement(topology, device, model, train, test, c)),
 	  metrics_(open_metrics(topology.world(), topology.rank(), c.metrics_path)),
 	  timeline_(topology.world(), c.timeline_path),
 	  train_(train), test_(test),
 	  tower_(std::make_unique<Tower>(topology, device, model, c.optimizer, c.strategy, unchecked())),
 	  facts_(tower_->facts()),
-	  sampler_(train.count, c.batch, std::max(tower_->worker_index(), 0), tower_->workers(), c.data_seed),
-	  assembler_(train, c.batch, device), total_steps_(planned_steps(c, sampler_.steps_per_epoch())),
+	  sampler_(train.size(), c.batch, std::max(tower_->worker_index(), 0), tower_->workers(), c.data_seed),
+	  batcher_(train, c.batch, device), total_steps_(planned_steps(c, sampler_.steps_per_epoch())),
 	  schedule_(make_schedule(schedule_for(c, total_steps_))),
 	  progress_(topology.rank() == 0, stdout_is_terminal()),
 	  checkpointer_(topology, c.checkpoint, {&tower_->optimizer()}, facts_.name, [this](const std::string& line) { progress_.say(line); })
@@ -207,16 +223,15 @@ void Trainer::Run::train_step(int epoch, int64_t update_in_epoch)
 	if (tower_->is_worker()) {
 		const int64_t first = update_in_epoch * c_.accumulate;
 		for (int64_t m = first; m + 1 < first + c_.accumulate; ++m) {
-			const Batch& micro = assemble(epoch, m);
-			tower_->accumulate(micro.images, micro.labels);
+			tower_->accumulate(assemble(epoch, m));
 		}
 		const Batch& batch = assemble(epoch, first + c_.accumulate - 1);
 		// A straggler: lock-step strategies wait for it inside the step.
 		if (topology_.rank() == c_.strategy.inject_delay_rank)
 			std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(c_.strategy.inject_delay_ms));
-		s = tower_->step(batch.images, batch.labels, lr_);
+		s = tower_->step(batch, lr_);
 	} else {
-		s = tower_->step(Tensor{}, Tensor{}, lr_);
+		s = tower_->step(Batch{}, lr_);
 	}
 	record(s, seconds_since(start));
 	if (step_ % c_.log_every == 0 || step_ == total_steps_) {
@@ -274,7 +289,7 @@ void Trainer::Run::resume(int64_t* first_update)
 const Batch& Trainer::Run::assemble(int epoch, int64_t micro_step)
 {
 	timeline::Span span("load batch", "data");
-	return assembler_.assemble(sampler_.shard(epoch, micro_step));
+	return batcher_.assemble(sampler_.shard(epoch, micro_step));
 }
 
 void Trainer::Run::record(const StepStats& s, double took)
@@ -360,22 +375,17 @@ void Trainer::Run::evaluate(int epoch)
 	last_eval_.raw = evaluate_test_set(*tower_, test_, c_.batch, device_, topology_.world());
 	last_eval_.done = true;
 	std::string averaged_text;
-	nlohmann::json line = {{"event", "eval"},
-			       {"step", step_},
-			       {"epoch", epoch + 1},
-			       {"test_accuracy", last_eval_.raw.accuracy},
-			       {"test_loss", last_eval_.raw.loss}};
+	nlohmann::json line = {{"event", "eval"}, {"step", step_}, {"epoch", epoch + 1}};
+	add_evaluation(line, last_eval_.raw, "");
 	if (tower_->has_averages()) {
 		tower_->use_averages(true);
 		last_eval_.averaged = evaluate_test_set(*tower_, test_, c_.batch, device_, topology_.world());
 		tower_->use_averages(false);
 		last_eval_.has_averaged = true;
-		averaged_text = fmt::format("  averaged {:.2f}%", 100.0 * last_eval_.averaged.accuracy);
-		line["test_accuracy_ema"] = last_eval_.averaged.accuracy;
-		line["test_loss_ema"] = last_eval_.averaged.loss;
+		averaged_text = "  averaged " + evaluation_text(last_eval_.averaged);
+		add_evaluation(line, last_eval_.averaged, "_ema");
 	}
-	progress_.say(fmt::format("epoch {}: test accuracy {:.2f}%  test loss {:.4f}{}", epoch + 1,
-				  100.0 * last_eval_.raw.accuracy, last_eval_.raw.loss, averaged_text));
+	progress_.say(fmt::format("epoch {}: {}{}", epoch + 1, evaluation_text(last_eval_.raw), averaged_text));
 	metrics_.write(line);
 	window_.start += Clock::now() - start; // evaluation time is not training throughput
 }
@@ -415,9 +425,12 @@ nlohmann::json Trainer::Run::finish()
 		{"replica_hash", fmt::format("{:016x}", hash)},
 		{"checkpoints", checkpoints_},
 		{"checkpoint_pause_s", checkpoint_s_},
-		{"test_accuracy", last_eval_.done ? nlohmann::json(last_eval_.raw.accuracy) : nlohmann::json()},
+		{"test_accuracy", last_eval_.done && last_eval_.raw.classifies ? nlohmann::json(last_eval_.raw.accuracy)
+									       : nlohmann::json()},
 		{"test_loss", last_eval_.done ? nlohmann::json(last_eval_.raw.loss) : nlohmann::json()},
 	});
+	if (last_eval_.done && !last_eval_.raw.classifies)
+		summary["test_perplexity"] = last_eval_.raw.perplexity();
 	summary.update(strategy_metrics());
 	summary.update(facts_.details);
 	if (!detached_totals_.is_null()) {
@@ -425,16 +438,19 @@ nlohmann::json Trainer::Run::finish()
 		summary["updates_per_s"] = static_cast<double>(step_) / std::max(train_s_, 1e-9);
 	}
 	if (tower_->has_averages())
-		summary["test_accuracy_ema"] =
-			last_eval_.has_averaged ? nlohmann::json(last_eval_.averaged.accuracy) : nlohmann::json();
+		summary["test_accuracy_ema"] = last_eval_.has_averaged && last_eval_.averaged.classifies
+						       ? nlohmann::json(last_eval_.averaged.accuracy)
+						       : nlohmann::json();
 	metrics_.write(summary);
 	metrics_.finish();
 	timeline_.finish();
 	progress_.say(fmt::format(
-		"done: {} steps ({} skipped) on {} rank(s), {} strategy, {:.0f} samples/s, test accuracy {}, compute {:.1f} s, "
+		"done: {} steps ({} skipped) on {} rank(s), {} strategy, {:.0f} samples/s, {}, compute {:.1f} s, "
 		"communication {:.1f} s ({:.2f} MB per step, {}, {} {}(s)), replicas identical (hash {:016x})",
 		step_, skipped_, topology_.size(), facts_.name, samples_per_s,
-		last_eval_.done ? fmt::format("{:.2f}%", 100.0 * last_eval_.raw.accuracy) : std::string("not measured"),
+		!last_eval_.done ? std::string("test accuracy not measured")
+		: last_eval_.raw.classifies ? fmt::format("test accuracy {:.2f}%", 100.0 * last_eval_.raw.accuracy)
+					    : fmt::format("test perplexity {:.3f}", last_eval_.raw.perplexity()),
 		compute_s_, allreduce_s_, static_cast<double>(facts_.moved_bytes_per_step) / 1e6, facts_.transport,
 		facts_.buckets, facts_.bucket_word, hash));
 	return summary;
@@ -461,7 +477,7 @@ nlohmann::json Trainer::Run::run()
 			train_step(epoch_, u);
 		first_update = 0;
 		const bool last = epoch_ + 1 == c_.epochs || step_ == total_steps_;
-		if (test_.count > 0 && c_.eval_every > 0 && (last || (epoch_ + 1) % c_.eval_every == 0))
+		if (test_.size() > 0 && c_.eval_every > 0 && (last || (epoch_ + 1) % c_.eval_every == 0))
 			evaluate(epoch_);
 	}
 	if (checkpointer_.saving() && saved_step_ != step_)
@@ -486,9 +502,9 @@ nlohmann::json Trainer::Run::run_detached(DetachedStrategy& detached)
 		// Each worker walks its own shard, epoch after epoch, for as long as the chief grants tokens.
 		const int64_t per_epoch = sampler_.steps_per_epoch();
 		for (int64_t k = 0;; ++k) {
-			const Batch& batch = assembler_.assemble(sampler_.shard(k / per_epoch, k % per_epoch));
+			const Batch& batch = batcher_.assemble(sampler_.shard(k / per_epoch, k % per_epoch));
 			StepStats s;
-			if (!tower_->work(batch.images, batch.labels, &s))
+			if (!tower_->work(batch, &s))
 				break;
 			compute_s_ += s.compute_s;
 			allreduce_s_ += s.allreduce_s;
@@ -498,7 +514,7 @@ nlohmann::json Trainer::Run::run_detached(DetachedStrategy& detached)
 	train_s_ = seconds_since(start);
 	step_ = detached_totals_["updates"].get<int64_t>();
 	epoch_ = c_.epochs - 1;
-	if (test_.count > 0 && c_.eval_every > 0)
+	if (test_.size() > 0 && c_.eval_every > 0)
 		evaluate(epoch_);
 	return finish();
 }
@@ -529,8 +545,8 @@ void Trainer::Run::log_detached_window(const nlohmann::json& window)
 	metrics_.write(line);
 }
 
-Trainer::Trainer(const Topology& topology, const Device& device, Model& model, const Dataset& train,
-		 const Dataset& test, const TrainerConfig& config)
+Trainer::Trainer(const Topology& topology, const Device& device, Model& model, const SampleSet& train,
+		 const SampleSet& test, const TrainerConfig& config)
 	: run_(std::make_unique<Run>(topology, device, model, train, test, config))
 {
 }

@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "data/fashion_mnist.h"
+#include "data/sample_set.h"
 #include "models/model.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
@@ -41,14 +41,15 @@ struct TrainerConfig {
 	RunFingerprint program_fields;
 };
 
-// Trains `model` on `train` (and evaluates on `test` when it holds samples). Construction is
+// Trains `model` on the samples of `train` (and evaluates on `test` when it holds samples): any
+// model of batches of named tensors, the built-in image classifiers among them. Construction is
 // collective over the topology's world and builds the tower (the model and its distributed
 // optimizer). The model, the data sets and the
 // topology must outlive the trainer.
 class Trainer {
 public:
-	Trainer(const Topology& topology, const Device& device, Model& model, const Dataset& train, const Dataset& test,
-		const TrainerConfig& config);
+	Trainer(const Topology& topology, const Device& device, Model& model, const SampleSet& train,
+		const SampleSet& test, const TrainerConfig& config);
 	~Trainer();
 	Trainer(const Trainer&) = delete;
 	Trainer& operator=(const Trainer&) = delete;

@@ -159,6 +159,23 @@ double sum_over_ranks(double value)
 	return value;
 }
 
+// Adam as GANs use it. With lazy regularization D takes r1_every + 1 steps per r1_every of G's,
+// so, as the seed does, its betas are raised to the power ratio = r1_every / (r1_every + 1) (and its
+// learning rate multiplied by it) to keep their span in minibatches.
+tower::OptimizerConfig adam(double ratio = 1.0)
+{
+	tower::OptimizerConfig c;
+	c.name = "adam";
+	c.beta1 = static_cast<float>(std::pow(0.5, ratio));
+	c.beta2 = static_cast<float>(std::pow(0.99, ratio));
+	return c;
+}
+
+double lazy_ratio(const Options& o)
+{
+	return static_cast<double>(o.r1_every) / static_cast<double>(o.r1_every + 1);
+}
+
 class Training {
 public:
 	Training(const tower::World& world, const Options& o);
@@ -172,6 +189,7 @@ private:
 	double discriminator_step(int64_t step, std::span<const int64_t> real);
 	double r1_step(std::span<const int64_t> real);
 	void log(int64_t step, double start_s);
+	float d_lr() const { return static_cast<float>(o_.lr * lazy_ratio(o_)); }
 	void write_picture();
 
 	const Options o_;
@@ -225,21 +243,12 @@ tower::CheckpointConfig Training::checkpoint_config() const
 	return c;
 }
 
-tower::OptimizerConfig adam()
-{
-	tower::OptimizerConfig c;
-	c.name = "adam";
-	c.beta1 = 0.5f;
-	c.beta2 = 0.99f;
-	return c;
-}
-
 Training::Training(const tower::World& world, const Options& o)
 	: o_(o), topology_(world.comm(), std::nullopt), type_(compute_type(o.precision)),
 	  data_(tower::load_fashion_mnist_agreed(world.comm(), o.data, tower::Split::train)),
 	  g_(o.hidden, o.seed, type_), d_(o.hidden, o.seed + 1, type_),
 	  g_opt_(topology_, tower::Device{}, g_.parameters(), adam(), strategy_options(), settings("G", type_)),
-	  d_opt_(topology_, tower::Device{}, d_.parameters(), adam(), strategy_options(), settings("D", type_)),
+	  d_opt_(topology_, tower::Device{}, d_.parameters(), adam(lazy_ratio(o)), strategy_options(), settings("D", type_)),
 	  d_reg_opt_(d_opt_, "D_reg"),
 	  metrics_(world.rank() == 0 ? tower::MetricsLog((std::filesystem::path(o.out) / "metrics.jsonl").string())
 				     : tower::MetricsLog()),
@@ -288,7 +297,7 @@ double Training::discriminator_step(int64_t step, std::span<const int64_t> real)
 {
 	// loss_D = mean softplus(D(G(z))) + mean softplus(-D(x)), fakes and reals in one batch.
 	if (!d_opt_.is_worker()) {
-		d_opt_.step(o_.lr);
+		d_opt_.step(d_lr());
 		return 0;
 	}
 	d_opt_.begin_step();
@@ -307,7 +316,7 @@ double Training::discriminator_step(int64_t step, std::span<const int64_t> real)
 	}
 	const tower::BackwardPass pass = d_opt_.backward_pass();
 	d_.backward(d_logits, pass.options, pass.on_ready, false);
-	skipped_ += d_opt_.step(o_.lr).skipped ? 1 : 0;
+	skipped_ += d_opt_.step(d_lr()).skipped ? 1 : 0;
 	return loss;
 }
 
@@ -316,7 +325,7 @@ double Training::r1_step(std::span<const int64_t> real)
 	// Lazy R1: every r1_every steps, weighted by r1_every, through the optimizer that shares D's
 	// state (the seed's D_reg with share=D_opt) and scales its loss on its own.
 	if (!d_reg_opt_.is_worker()) {
-		d_reg_opt_.step(o_.lr);
+		d_reg_opt_.step(d_lr());
 		return 0;
 	}
 	d_reg_opt_.begin_step();
@@ -324,7 +333,7 @@ double Training::r1_step(std::span<const int64_t> real)
 	const tower::BackwardPass pass = d_reg_opt_.backward_pass();
 	const double penalty = d_.r1(o_.r1_weight * static_cast<double>(o_.r1_every), pass.options.loss_scale,
 				     pass.options, pass.on_ready);
-	skipped_ += d_reg_opt_.step(o_.lr).skipped ? 1 : 0;
+	skipped_ += d_reg_opt_.step(d_lr()).skipped ? 1 : 0;
 	return penalty / static_cast<double>(o_.r1_every);
 }
 

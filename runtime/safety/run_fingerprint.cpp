@@ -133,12 +133,9 @@ void describe_parameters(RunFingerprint& f, const std::vector<Parameter*>& param
 	f.add("device kind", device.is_cuda() ? "cuda" : "cpu");
 }
 
-void describe(RunFingerprint& f, const Dataset& data, std::string_view split)
+void describe(RunFingerprint& f, const SampleSet& data, std::string_view split)
 {
-	uint64_t h = content_hash(data.images.data(), data.images.size() * sizeof(float));
-	h = content_hash(data.labels.data(), data.labels.size() * sizeof(int32_t), h);
-	f.add(fmt::format("{} data", split),
-	      fmt::format("{} samples of {}x{}, checksum {:016x}", data.count, data.rows, data.cols, h));
+	f.add(fmt::format("{} data", split), data.describe());
 }
 
 void describe_build(RunFingerprint& f)

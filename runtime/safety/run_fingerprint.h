@@ -21,7 +21,7 @@
 
 namespace tower {
 
-struct Dataset;
+class SampleSet;
 struct Device;
 struct OptimizerConfig;
 struct ScheduleConfig;
@@ -52,7 +52,7 @@ void describe(RunFingerprint& f, const StrategyOptions& s);
 void describe(RunFingerprint& f, const TrainerConfig& c);
 void describe(RunFingerprint& f, Model& model, const Device& device);
 void describe_parameters(RunFingerprint& f, const std::vector<Parameter*>& parameters, const Device& device);
-void describe(RunFingerprint& f, const Dataset& data, std::string_view split);
+void describe(RunFingerprint& f, const SampleSet& data, std::string_view split);
 void describe_build(RunFingerprint& f);
 
 // Options left out on purpose, with why: each "--flag: reason".

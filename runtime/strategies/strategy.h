@@ -188,7 +188,7 @@ public:
 };
 
 // Collective over the topology's world: builds `options.name` over `parameters` (which must
-// outlive it) with an optimizer from `optimizer`. Every rank leaves with rank 0's starting
+// outlive it) with an optimizer from `optimizer`. Every rank leaves with the same starting
 // variables. Bad or inapplicable options throw tower::AgreedError naming them (every rank passes
 // the same); DistributedOptimizer checks first that every rank passes the same.
 std::unique_ptr<Strategy> make_strategy(const Topology& topology, const Device& device, const ParameterSet& parameters,

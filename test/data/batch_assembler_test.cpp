@@ -1,4 +1,4 @@
-// Batch assembler tests: a shard's samples land in the right tensor rows, in reused buffers.
+// ImageBatch assembler tests: a shard's samples land in the right tensor rows, in reused buffers.
 #include <vector>
 
 #include <doctest/doctest.h>
@@ -26,7 +26,7 @@ Dataset tiny_dataset()
 	return d;
 }
 
-void check_batch(const Batch& b, const std::vector<int64_t>& indices)
+void check_batch(const ImageBatch& b, const std::vector<int64_t>& indices)
 {
 	CHECK(b.images.shape() == Shape{3, 1, 28, 28});
 	CHECK(b.labels.shape() == Shape{3});
@@ -47,11 +47,11 @@ TEST_CASE("a shard is gathered row by row, and the buffers are reused across ste
 	const Dataset d = tiny_dataset();
 	BatchAssembler assembler(d, 3, Device{});
 	const std::vector<int64_t> first = {4, 0, 5}, second = {1, 1, 2};
-	const Batch& a = assembler.assemble(first);
+	const ImageBatch& a = assembler.assemble(first);
 	const void* images = a.images.data();
 	const void* labels = a.labels.data();
 	check_batch(a, first);
-	const Batch& b = assembler.assemble(second);
+	const ImageBatch& b = assembler.assemble(second);
 	check_batch(b, second);
 	CHECK(b.images.data() == images);
 	CHECK(b.labels.data() == labels);
@@ -63,7 +63,7 @@ TEST_CASE("a shard of the wrong size or with an index outside the dataset is an 
 	BatchAssembler assembler(d, 3, Device{});
 	const std::vector<int64_t> two = {0, 1}, outside = {0, 1, 6};
 	CHECK_THROWS_AS(assembler.assemble(two), Error);
-	CHECK_THROWS_WITH_AS(assembler.assemble(outside), doctest::Contains("sample index 6 outside a dataset of 6"),
+	CHECK_THROWS_WITH_AS(assembler.assemble(outside), doctest::Contains("sample index 6 outside a data set of 6"),
 			     Error);
 	CHECK_THROWS_AS(BatchAssembler(d, 0, Device{}), AgreedError);
 }

@@ -93,16 +93,16 @@ double reference_loss(const Net& net, const std::vector<Vec>& params, const Vec&
 	return ref_xent(x, labels, net.classes);
 }
 
-struct Batch {
+struct ImageBatch {
 	Vec images;
 	std::vector<int32_t> labels;
 	Tensor images_t;
 	Tensor labels_t;
 };
 
-Batch make_batch(const Net& net, uint64_t seed)
+ImageBatch make_batch(const Net& net, uint64_t seed)
 {
-	Batch b;
+	ImageBatch b;
 	const std::vector<float> pixels = seeded_uniform("images", seed, shape_numel(net.input), 1.0f);
 	b.images = to_double(pixels);
 	b.images_t = Tensor::from_host(pixels, net.input, Device{});
@@ -120,7 +120,7 @@ Batch make_batch(const Net& net, uint64_t seed)
 void check_gradients(const Net& net)
 {
 	auto model = build(net, 42);
-	const Batch batch = make_batch(net, 7);
+	const ImageBatch batch = make_batch(net, 7);
 	const std::vector<Parameter*> params = model->parameters();
 	std::vector<Vec> values;
 	for (Parameter* p : params)
@@ -197,7 +197,7 @@ TEST_CASE("an unpadded Conv2d on several channels with a separate ReLU matches f
 TEST_CASE("accumulate adds into the gradients, which may be rebound to a fused buffer")
 {
 	auto model = build(cnn_net, 5);
-	const Batch batch = make_batch(cnn_net, 9);
+	const ImageBatch batch = make_batch(cnn_net, 9);
 	model->forward(batch.images_t, batch.labels_t);
 	model->backward({}, BackwardOptions{});
 	const std::vector<Parameter*> params = model->parameters();

@@ -17,14 +17,14 @@ using tower::test::world;
 
 namespace {
 
-struct Batch {
+struct ImageBatch {
 	Tensor images;
 	Tensor labels;
 };
 
-Batch make_batch(int64_t size, uint64_t seed)
+ImageBatch make_batch(int64_t size, uint64_t seed)
 {
-	Batch b;
+	ImageBatch b;
 	b.images = Tensor::from_host(seeded_uniform("pixels", seed, size * 784, 0.5f), {size, 1, 28, 28}, Device{});
 	std::vector<float> shifted = b.images.to_host_f32();
 	for (float& v : shifted)
@@ -126,9 +126,9 @@ TEST_CASE("initial parameters depend on the seed alone and agree on every rank")
 
 TEST_CASE("a shorter batch reuses the buffers and gives the same results as a fresh model")
 {
-	const Batch full = make_batch(8, 1);
+	const ImageBatch full = make_batch(8, 1);
 	const std::vector<float> pixels = full.images.to_host_f32();
-	const Batch part{Tensor::from_host(std::vector<float>(pixels.begin(), pixels.begin() + 4 * 784), {4, 1, 28, 28},
+	const ImageBatch part{Tensor::from_host(std::vector<float>(pixels.begin(), pixels.begin() + 4 * 784), {4, 1, 28, 28},
 					   Device{}),
 			 full.labels.prefix({4})};
 	for (const std::string name : {"mlp", "cnn"}) {
@@ -153,7 +153,7 @@ TEST_CASE("models report gradients last layer first and a few SGD steps lower th
 	for (const std::string name : {"mlp", "cnn"}) {
 		CAPTURE(name);
 		auto m = make_model(ModelConfig{name, 32, 1, 4}, Device{});
-		const Batch batch = make_batch(16, 2);
+		const ImageBatch batch = make_batch(16, 2);
 		const Ops& ops = ops_for(Device{});
 		std::vector<std::string> order;
 		const float first = m->forward(batch.images, batch.labels).loss;

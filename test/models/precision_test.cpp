@@ -76,17 +76,17 @@ void compare_layer(const LayerMaker& make, const Tensor& x, DType t)
 	}
 }
 
-struct Batch {
+struct ImageBatch {
 	Tensor images;
 	Tensor labels;
 };
 
-Batch make_batch(int64_t size, uint64_t seed)
+ImageBatch make_batch(int64_t size, uint64_t seed)
 {
 	std::vector<float> pixels = seeded_uniform("pixels", seed, size * 784, 0.5f);
 	for (float& v : pixels)
 		v += 0.5f;
-	Batch b{Tensor::from_host(pixels, {size, 1, 28, 28}, Device{}), Tensor::empty({size}, DType::i32, Device{})};
+	ImageBatch b{Tensor::from_host(pixels, {size, 1, 28, 28}, Device{}), Tensor::empty({size}, DType::i32, Device{})};
 	for (int64_t i = 0; i < size; ++i)
 		b.labels.data_as<int32_t>()[i] = static_cast<int32_t>((i * 3 + seed) % 10);
 	return b;
@@ -170,7 +170,7 @@ TEST_CASE("every layer in f16 and bf16 agrees with f32")
 
 TEST_CASE("both models in f16 and bf16 give the f32 loss and gradients within the type's tolerance")
 {
-	const Batch batch = make_batch(8, 1);
+	const ImageBatch batch = make_batch(8, 1);
 	for (const std::string name : {"mlp", "cnn"})
 		for (DType t : {DType::f16, DType::bf16}) {
 			CAPTURE(name);
@@ -199,7 +199,7 @@ TEST_CASE("both models in f16 and bf16 give the f32 loss and gradients within th
 
 TEST_CASE("a loss scale of s gives s times the f32 gradients")
 {
-	const Batch batch = make_batch(8, 2);
+	const ImageBatch batch = make_batch(8, 2);
 	// Powers of two scale exactly in f32 and bf16 (no subnormals are reached), so the gradients
 	// must match bit for bit.
 	for (DType t : {DType::f32, DType::bf16}) {
@@ -234,7 +234,7 @@ TEST_CASE("a loss scale of s gives s times the f32 gradients")
 
 TEST_CASE("accumulating backward adds the scaled 16-bit gradients into the f32 ones")
 {
-	const Batch batch = make_batch(8, 3);
+	const ImageBatch batch = make_batch(8, 3);
 	auto m = make_model(config("mlp", DType::f16), Device{});
 	m->forward(batch.images, batch.labels);
 	m->backward({}, BackwardOptions{false, 2.0f});
@@ -246,7 +246,7 @@ TEST_CASE("accumulating backward adds the scaled 16-bit gradients into the f32 o
 
 TEST_CASE("a huge loss scale overflows f16 into inf gradients but not bf16")
 {
-	const Batch batch = make_batch(8, 4);
+	const ImageBatch batch = make_batch(8, 4);
 	for (const std::string name : {"mlp", "cnn"}) {
 		CAPTURE(name);
 		auto h = make_model(config(name, DType::f16), Device{});
@@ -267,7 +267,7 @@ TEST_CASE("a huge loss scale overflows f16 into inf gradients but not bf16")
 
 TEST_CASE("a few SGD steps in f16 and bf16 lower the loss")
 {
-	const Batch batch = make_batch(16, 2);
+	const ImageBatch batch = make_batch(16, 2);
 	for (const std::string name : {"mlp", "cnn"})
 		for (DType t : {DType::f16, DType::bf16}) {
 			CAPTURE(name);

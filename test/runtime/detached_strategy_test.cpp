@@ -43,7 +43,7 @@ StrategyOptions options(const char* name, int ps_ranks = 0, int n = 0)
 
 // One worker step driven at the gradient level, the way DistributedOptimizer drives it: fetch,
 // forward, backward, push. False once the chief has handed out the last token.
-bool work(DetachedStrategy& d, Model& model, const Batch& b, StepStats* stats)
+bool work(DetachedStrategy& d, Model& model, const ImageBatch& b, StepStats* stats)
 {
 	if (!d.begin_step())
 		return false;
@@ -93,7 +93,7 @@ Detached run_detached(const StrategyOptions& o, const OptimizerConfig& optimizer
 		for (const Parameter* p : params)
 			out.pushed.emplace_back(static_cast<size_t>(p->grad.numel()), 0.0f);
 		for (int64_t k = 0;; ++k) {
-			const Batch& b = assembler.assemble(sampler.shard(k / sampler.steps_per_epoch(), k % sampler.steps_per_epoch()));
+			const ImageBatch& b = assembler.assemble(sampler.shard(k / sampler.steps_per_epoch(), k % sampler.steps_per_epoch()));
 			StepStats s;
 			if (!work(d, *model, b, &s))
 				break;
@@ -124,7 +124,7 @@ std::vector<std::vector<float>> parameter_server_run(int ps_ranks, const Optimiz
 	BatchAssembler assembler(data(), batch, cpu);
 	for (int s = 0; s < steps; ++s) {
 		if (strategy->is_worker()) {
-			const Batch& b = assembler.assemble(sampler.shard(s / sampler.steps_per_epoch(), s % sampler.steps_per_epoch()));
+			const ImageBatch& b = assembler.assemble(sampler.shard(s / sampler.steps_per_epoch(), s % sampler.steps_per_epoch()));
 			strategy->step(b.images, b.labels, lr);
 		} else {
 			strategy->step(Tensor{}, Tensor{}, lr);
@@ -295,7 +295,7 @@ std::vector<std::vector<float>> sequential_run(const OptimizerConfig& optimizer,
 	DistributedSampler sampler(data().count, batch, 0, 1, 99);
 	BatchAssembler assembler(data(), batch, cpu);
 	for (int64_t t = 0; t < updates; ++t) {
-		const Batch& b = assembler.assemble(sampler.shard(t / sampler.steps_per_epoch(), t % sampler.steps_per_epoch()));
+		const ImageBatch& b = assembler.assemble(sampler.shard(t / sampler.steps_per_epoch(), t % sampler.steps_per_epoch()));
 		strategy->step(b.images, b.labels, schedule(t / workers) / static_cast<float>(workers));
 	}
 	return tower::test::parameter_values(*model);
@@ -392,7 +392,7 @@ TEST_CASE("every async gradient was computed on its owners' values of the update
 	std::vector<std::vector<int64_t>> tags;
 	std::vector<std::vector<uint64_t>> used; // per step and owner: the hash of the values computed on
 	for (int64_t k = 0;; ++k) {
-		const Batch& b = assembler.assemble(sampler.shard(k / sampler.steps_per_epoch(), k % sampler.steps_per_epoch()));
+		const ImageBatch& b = assembler.assemble(sampler.shard(k / sampler.steps_per_epoch(), k % sampler.steps_per_epoch()));
 		StepStats stats;
 		if (!work(d, *model, b, &stats))
 			break;

@@ -264,7 +264,7 @@ TEST_CASE("grad_norm is the norm of the reduced, unscaled gradient, sharded or n
 				std::vector<int32_t> labels;
 				for (int64_t i : indices)
 					labels.push_back(data().labels[static_cast<size_t>(i)]);
-				const Batch& b = assembler.assemble(indices);
+				const ImageBatch& b = assembler.assemble(indices);
 				const auto mine = tower::test::reference_mlp_from(tower::test::parameter_values(*model), 784)
 							  .forward_backward(b.images.to_host_f32(), labels);
 				std::vector<double> flat;

@@ -221,7 +221,7 @@ TEST_CASE("one rank's step is the float64 forward, backward and momentum update 
 		for (int64_t s = 0; s < 8; ++s) {
 			CAPTURE(s);
 			const auto indices = consecutive(s * batch, batch);
-			const Batch& b = assembler.assemble(indices);
+			const ImageBatch& b = assembler.assemble(indices);
 			const auto expected = reference.forward_backward(b.images.to_host_f32(), labels_of(data, indices));
 			const StepStats stats = engine.step(b.images, b.labels, lr);
 			CHECK(stats.forward.loss == doctest::Approx(expected.loss).epsilon(1e-5));
@@ -254,7 +254,7 @@ TEST_CASE("evaluate returns the batch's loss and correct count and changes no pa
 	tower::test::ModelEngine engine(topology, cpu, *model, *optimizer, {});
 	BatchAssembler assembler(data, 16, cpu);
 	for (int64_t s = 0; s < 3; ++s) {
-		const Batch& b = assembler.assemble(consecutive(16 * (s * world().size() + world().rank()), 16));
+		const ImageBatch& b = assembler.assemble(consecutive(16 * (s * world().size() + world().rank()), 16));
 		engine.step(b.images, b.labels, 0.1f);
 	}
 	const auto values = tower::test::parameter_values(*model);
@@ -263,7 +263,7 @@ TEST_CASE("evaluate returns the batch's loss and correct count and changes no pa
 		gradients.push_back(p->grad.to_host_f32());
 
 	const auto indices = consecutive(200, 16);
-	const Batch& b = assembler.assemble(indices);
+	const ImageBatch& b = assembler.assemble(indices);
 	const ForwardResult result = engine.evaluate(b.images, b.labels);
 	const auto expected = tower::test::reference_mlp_from(values, 784)
 				      .forward_backward(b.images.to_host_f32(), labels_of(data, indices));
@@ -314,7 +314,7 @@ TEST_CASE("ranks that start with different loss-scale state all take rank 0's")
 	CHECK(tower.loss_scaler().log2_scale() == 10.0);
 	const Dataset data = tower::test::synthetic_dataset(64);
 	BatchAssembler assembler(data, 8, cpu);
-	const Batch& b = assembler.assemble(consecutive(8 * world().rank(), 8));
+	const ImageBatch& b = assembler.assemble(consecutive(8 * world().rank(), 8));
 	const StepStats stats = tower.step(b.images, b.labels, 0.05f);
 	CHECK_FALSE(stats.skipped);
 	CHECK(stats.loss_scale_log2 == 10.0);

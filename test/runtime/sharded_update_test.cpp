@@ -227,7 +227,7 @@ TEST_CASE("parameters, gradients and optimizer state outlive the engine that sha
 		CHECK(engine.update_is_sharded() == (world().size() > 1));
 		BatchAssembler assembler(data, 8, cpu);
 		const std::vector<int64_t> first_eight = {0, 1, 2, 3, 4, 5, 6, 7};
-		const Batch& batch = assembler.assemble(first_eight);
+		const ImageBatch& batch = assembler.assemble(first_eight);
 		engine.step(batch.images, batch.labels, 0.01f);
 		values = tower::test::parameter_values(*model);
 		for (Parameter* p : model->parameters())
@@ -287,7 +287,7 @@ TEST_CASE("the ranks of a node share one copy of the variables, written between 
 	const Dataset data = tower::test::synthetic_dataset(64);
 	BatchAssembler assembler(data, 8, cpu);
 	const std::vector<int64_t> first_eight = {0, 1, 2, 3, 4, 5, 6, 7};
-	const Batch& batch = assembler.assemble(first_eight);
+	const ImageBatch& batch = assembler.assemble(first_eight);
 	engine.step(batch.images, batch.labels, 0.01f);
 	CHECK(value(first.value) != 200);
 	(void)engine.check_replicas();
@@ -328,11 +328,11 @@ ForwardResult averaged_evaluation(bool shard, DType precision)
 		std::vector<int64_t> rows;
 		for (int64_t i = 0; i < 8; ++i)
 			rows.push_back((s * 8 * world().size() + world().rank() * 8 + i) % data.count);
-		const Batch& b = assembler.assemble(rows);
+		const ImageBatch& b = assembler.assemble(rows);
 		strategy->step(b.images, b.labels, 0.05f);
 	}
 	const std::vector<int64_t> first_eight = {0, 1, 2, 3, 4, 5, 6, 7};
-	const Batch& b = assembler.assemble(first_eight);
+	const ImageBatch& b = assembler.assemble(first_eight);
 	strategy->use_averages(true);
 	const ForwardResult averaged = strategy->evaluate(b.images, b.labels);
 	strategy->use_averages(false);
@@ -375,7 +375,7 @@ TEST_CASE("16-bit models: the node's working copy of the weights is what roundin
 		const Dataset data = tower::test::synthetic_dataset(64);
 		BatchAssembler assembler(data, 8, cpu);
 		const std::vector<int64_t> first_eight = {0, 1, 2, 3, 4, 5, 6, 7};
-		const Batch& batch = assembler.assemble(first_eight);
+		const ImageBatch& batch = assembler.assemble(first_eight);
 		for (int s = 0; s < 3; ++s)
 			engine->step(batch.images, batch.labels, 0.05f);
 		CHECK(working_copies_current(*model, precision));

@@ -46,7 +46,7 @@ Outcome train(const Topology& topology, const StrategyOptions& options, const Op
 	for (int s = 0; s < steps; ++s) {
 		StepStats stats;
 		if (strategy->is_worker()) {
-			const Batch& b = assembler.assemble(sampler.shard(s / sampler.steps_per_epoch(), s % sampler.steps_per_epoch()));
+			const ImageBatch& b = assembler.assemble(sampler.shard(s / sampler.steps_per_epoch(), s % sampler.steps_per_epoch()));
 			stats = strategy->step(b.images, b.labels, lr);
 		} else {
 			stats = strategy->step(Tensor{}, Tensor{}, lr);

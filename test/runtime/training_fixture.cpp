@@ -88,18 +88,18 @@ Trained run_training(const Topology& topology, const RunSpec& spec, const Datase
 	BatchAssembler assembler(data, spec.batch, device);
 	Trained out;
 	int64_t micro = 0;
-	auto next = [&]() -> const Batch& {
+	auto next = [&]() -> const ImageBatch& {
 		const int64_t epoch = micro / sampler.steps_per_epoch();
-		const Batch& b = assembler.assemble(sampler.shard(epoch, micro % sampler.steps_per_epoch()));
+		const ImageBatch& b = assembler.assemble(sampler.shard(epoch, micro % sampler.steps_per_epoch()));
 		++micro;
 		return b;
 	};
 	for (int s = 0; s < spec.steps; ++s) {
 		for (int m = 1; m < spec.accumulate; ++m) {
-			const Batch& b = next();
+			const ImageBatch& b = next();
 			engine.accumulate(b.images, b.labels);
 		}
-		const Batch& b = next();
+		const ImageBatch& b = next();
 		const StepStats stats = engine.step(b.images, b.labels, spec.lr);
 		out.last_loss = stats.forward.loss;
 		if (spec.after_step)

@@ -51,11 +51,13 @@ StepStats ReplicatedStrategy::step(const StepRequest& request)
 
 void ReplicatedStrategy::reset_optimizer_state()
 {
-	// Where the node keeps one copy of the optimizer state, one rank zeroes it for the node.
+	// Where the node keeps one copy of the moments, one rank zeroes it for the node; the step
+	// counter is every rank's own (each counts the steps it applies to its shard).
 	engine_->write_variables([&](bool writes) {
 		if (writes)
-			optimizer_->reset_state();
+			optimizer_->reset_parameter_state();
 	});
+	optimizer_->reset_step_counter();
 }
 
 void ReplicatedStrategy::use_averages(bool averaged)

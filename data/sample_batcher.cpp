@@ -1,0 +1,54 @@
+// Gathers a rank's shard of any sample set into a batch of tensors on its device, reusing the buffers.
+#include "data/sample_batcher.h"
+
+#include "base/error.h"
+#include "base/tensor/memory.h"
+
+namespace tower {
+
+int64_t SampleField::bytes() const
+{
+	int64_t n = 1;
+	for (int64_t d : shape)
+		n *= d;
+	return n * static_cast<int64_t>(dtype_size(dtype));
+}
+
+SampleBatcher::SampleBatcher(const SampleSet& samples, int64_t batch, const Device& device)
+	: samples_(samples), fields_(samples.fields()), batch_(batch)
+{
+	if (batch <= 0)
+		throw AgreedError(fmt::format("batch size {} must be positive", batch));
+	for (const SampleField& f : fields_) {
+		Shape shape = {batch};
+		shape.insert(shape.end(), f.shape.begin(), f.shape.end());
+		tensors_.tensors.push_back({f.name, Tensor::empty(shape, f.dtype, device)});
+		if (device.is_cuda())
+			staged_.emplace_back(static_cast<size_t>(batch * f.bytes()));
+	}
+}
+
+const Batch& SampleBatcher::assemble(std::span<const int64_t> indices)
+{
+	TOWER_CHECK_EQ(static_cast<int64_t>(indices.size()), batch_, "samples given to the batch assembler");
+	const bool staged = !staged_.empty();
+	std::vector<char*> base;
+	for (size_t f = 0; f < fields_.size(); ++f)
+		base.push_back(staged ? staged_[f].data() : static_cast<char*>(tensors_.tensors[f].tensor.data()));
+	std::vector<void*> at(fields_.size());
+	for (size_t i = 0; i < indices.size(); ++i) {
+		const int64_t s = indices[i];
+		TOWER_CHECK(s >= 0 && s < samples_.size(), "sample index {} outside a data set of {}", s, samples_.size());
+		for (size_t f = 0; f < fields_.size(); ++f)
+			at[f] = base[f] + static_cast<int64_t>(i) * fields_[f].bytes();
+		samples_.copy_sample(s, at);
+	}
+	if (staged)
+		for (size_t f = 0; f < fields_.size(); ++f) {
+			Tensor& t = tensors_.tensors[f].tensor;
+			copy_bytes(t.data(), t.device(), staged_[f].data(), Device{}, t.bytes());
+		}
+	return tensors_;
+}
+
+} // namespace tower
