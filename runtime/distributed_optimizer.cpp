@@ -39,7 +39,7 @@ DistributedOptimizer::DistributedOptimizer(const Topology& topology, const Devic
 		f.add("optimizer name", settings_.name);
 		describe(f, options);
 		describe(f, optimizer);
-		describe_parameters(f, parameters, device);
+		// The parameters are compared by the strategy, which names the first that differs.
 		f.add("compute type", dtype_name(settings_.compute_type));
 		describe_build(f);
 		check_run_agreement(topology.world(), f);

@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""tower across real hosts: scripts/fake-cluster puts 2 hosts in network, UTS and mount namespaces
+of their own on this machine, and mpirun starts a daemon on each over TCP. Checks that tower info
+sees 2 nodes with their own hostnames, that training across the hosts ends on the same replica hash
+as on one host (--deterministic), that the parameter-server strategy trains across them, and that a
+rank killed with SIGKILL on the other host ends the job. SKIP (77) where namespaces are not
+permitted, saying why.
+
+Usage: hosts_test.py SOURCE_DIR BUILD_DIR MPIRUN"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+source, build, mpirun = sys.argv[1:4]
+SKIP = 77
+tower = os.path.join(build, "tower")
+cluster = os.path.join(source, "scripts", "fake-cluster")
+
+
+def fail(message):
+    sys.exit(f"FAIL: {message}")
+
+
+def skip_unless_namespaces():
+    if os.geteuid() != 0:
+        print("SKIP: network namespaces need root")
+        sys.exit(SKIP)
+    probe = subprocess.run(["unshare", "--net", "--uts", "--mount", "true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        print(f"SKIP: this machine does not permit namespaces: {probe.stderr.strip()}")
+        sys.exit(SKIP)
+
+
+def on_cluster(*args, timeout=180):
+    return subprocess.run([cluster, "mpirun", *args], capture_output=True, text=True, timeout=timeout, env=ENV)
+
+
+TRAIN = ["--max-steps", "20", "--eval-every", "0", "--hidden", "64", "--depth", "1", "--batch", "32"]
+
+
+def final_hash(text):
+    for line in text.splitlines():
+        if "replicas identical (hash " in line:
+            return line.rsplit("hash ", 1)[1].rstrip(")")
+    return None
+
+
+skip_unless_namespaces()
+# meson ends a test that runs too long with SIGTERM: the hosts still come down (the finally below).
+signal.signal(signal.SIGTERM, lambda *_: sys.exit("FAIL: terminated (timeout?)"))
+with tempfile.TemporaryDirectory(prefix="tower-hosts-test-") as tmp:
+    ENV = dict(os.environ, TOWER_CLUSTER_DIR=os.path.join(tmp, "cluster"), TOWER_CLUSTER_NAME="twrt",
+               OMP_NUM_THREADS="1")
+    up = subprocess.run([cluster, "up", "2"], capture_output=True, text=True, env=ENV, timeout=60)
+    try:
+        if up.returncode != 0:
+            fail(f"fake-cluster up 2: {up.stdout} {up.stderr}")
+
+        r = on_cluster("-np", "3", "--map-by", "node", tower, "info", "--json")
+        if r.returncode != 0:
+            fail(f"tower info across 2 hosts: {r.stdout} {r.stderr}")
+        info = json.loads(r.stdout[r.stdout.index("{"):])
+        ranks = info.get("ranks", [])
+        hostnames = sorted({x.get("hostname") for x in ranks})
+        nodes = sorted({x.get("node") for x in ranks})
+        if hostnames != ["host0", "host1"] or len(nodes) != 2:
+            fail(f"tower info across 2 hosts sees hostnames {hostnames} and nodes {nodes}: {r.stdout}")
+        print(f"info: 3 ranks on {len(nodes)} nodes, hostnames {hostnames}")
+
+        here = subprocess.run([mpirun, "-np", "4", tower, "train", *TRAIN, "--deterministic"], capture_output=True,
+                              text=True, timeout=180, env=ENV)
+        across = on_cluster("-np", "4", "--map-by", "node", "-x", "OMP_NUM_THREADS", tower, "train", *TRAIN,
+                            "--deterministic")
+        if across.returncode != 0 or final_hash(across.stdout) is None:
+            fail(f"training across 2 hosts: {across.stdout[-1500:]} {across.stderr[-1500:]}")
+        if final_hash(across.stdout) != final_hash(here.stdout):
+            fail(f"--deterministic across 2 hosts ends on {final_hash(across.stdout)}, on one host on "
+                 f"{final_hash(here.stdout)}")
+        print(f"replicated --deterministic: hash {final_hash(here.stdout)} on one host and across 2")
+
+        ps = on_cluster("-np", "4", "--map-by", "node", "-x", "OMP_NUM_THREADS", tower, "train", *TRAIN,
+                        "--strategy", "parameter-server", "--ps-ranks", "1")
+        if ps.returncode != 0 or final_hash(ps.stdout) is None or "shared memory" in ps.stdout:
+            fail(f"parameter-server across 2 hosts (must not use shared memory): {ps.stdout[-1500:]} {ps.stderr[-800:]}")
+        print("parameter-server with a dedicated server across 2 hosts: replicas identical")
+
+        # SIGKILL a rank on host1 mid-run: the job must end, not hang.
+        job = subprocess.Popen([cluster, "mpirun", "-np", "4", "--map-by", "node", "-x", "OMP_NUM_THREADS", tower,
+                                "train", "--max-steps", "100000", "--eval-every", "0", "--hidden", "64", "--depth",
+                                "1", "--batch", "32"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env=ENV, start_new_session=True)
+        time.sleep(6)
+        pids = subprocess.run(["ip", "netns", "pids", "twrt-host1"], capture_output=True, text=True).stdout.split()
+        towers = [p for p in pids if open(f"/proc/{p}/comm").read().strip() == "tower"]
+        if not towers:
+            os.killpg(job.pid, signal.SIGKILL)
+            fail("no tower rank found on host1 to kill")
+        killed = time.time()
+        os.kill(int(towers[0]), signal.SIGKILL)
+        try:
+            job.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(job.pid, signal.SIGKILL)
+            fail("a rank killed on host1 left the job running for 60 s")
+        print(f"kill -9 of rank pid {towers[0]} on host1: the job ended {time.time() - killed:.1f} s later "
+              f"(exit {job.returncode})")
+        if job.returncode == 0:
+            fail("the job ended with exit 0 after one of its ranks was killed")
+    finally:
+        subprocess.run([cluster, "down"], capture_output=True, env=ENV, timeout=60)
