@@ -260,6 +260,17 @@ int run_bench(World& world, const BenchOptions& o)
 	nlohmann::json out = nlohmann::json::array();
 	size_t total_wrong = 0;
 	for (const std::string& mode : modes) {
+		// --mode all measures what can run here and says why it leaves a mode out; a mode asked
+		// for by name that cannot run is an error (make_all_reduce's).
+		if (o.collective == "allreduce" && o.mode == "all") {
+			const std::string why = why_all_reduce_cannot_run(topology, device, parse_all_reduce_mode(mode), {});
+			if (!why.empty()) {
+				if (world.rank() == 0)
+					fmt::print("# {} mode {} on {} ranks: skipped: {}\n", o.collective, mode, world.size(), why);
+				out.push_back({{"collective", o.collective}, {"mode", mode}, {"skipped", why}});
+				continue;
+			}
+		}
 		std::unique_ptr<AllReduce> all_reduce;
 		AllReduceOptions options;
 		options.deterministic = o.deterministic;

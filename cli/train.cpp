@@ -149,7 +149,7 @@ int run_training(World& world, const TrainConfig& c)
 	const Device device = assign_device(topology, probe_gpu_runtime(), parse_device_preference(c.device));
 	if (c.threads)
 		set_cpu_threads(*c.threads);
-	TrainerConfig config = trainer_config(c, world.size(), device);
+	TrainerConfig config = trainer_config(c, topology, device);
 	config.program_fields = program_fields;
 	const Dataset train = load_fashion_mnist_agreed(world.comm(), c.data_dir, Split::train);
 	const Dataset test = c.eval_every > 0 ? load_fashion_mnist_agreed(world.comm(), c.data_dir, Split::test) : Dataset{};

@@ -149,17 +149,16 @@ void detached_options(const TrainConfig& c, int world_size, StrategyOptions* o)
 		parse_delay(c.inject_delay, world_size, o);
 }
 
-ReplicatedOptions replicated_options(const TrainConfig& c, const Device& device)
+ReplicatedOptions replicated_options(const TrainConfig& c, const Topology& topology, const Device& device)
 {
 	ReplicatedOptions o;
-	// auto: NCCL's ring on GPUs; on the CPU the hierarchical mode, whose steps inside a node
-	// read the peers' buffers through shared memory.
-	o.mode = c.allreduce == "auto" ? (device.is_cuda() ? AllReduceMode::ring : AllReduceMode::hierarchical)
+	o.groups = parse_groups(c.groups);
+	// auto never picks a mode that cannot run here (hierarchical needs even nodes).
+	o.mode = c.allreduce == "auto" ? automatic_all_reduce_mode(topology, device, o.groups)
 				       : parse_all_reduce_mode(c.allreduce);
 	o.fusion_mb = c.fusion_mb;
 	o.overlap = c.overlap;
 	o.shard_update = c.shard_update;
-	o.groups = parse_groups(c.groups);
 	o.all_reduce.deterministic = c.deterministic;
 	return o;
 }
@@ -183,7 +182,7 @@ GradientOptions gradient_options(const TrainConfig& c, int world_size)
 
 } // namespace
 
-TrainerConfig trainer_config(const TrainConfig& c, int world_size, const Device& device)
+TrainerConfig trainer_config(const TrainConfig& c, const Topology& topology, const Device& device)
 {
 	if (c.strategy != "replicated" && !c.replicated_only_given.empty())
 		throw AgreedError(fmt::format("{}: only the replicated strategy all-reduces gradients, so {} does not "
@@ -194,11 +193,11 @@ TrainerConfig trainer_config(const TrainConfig& c, int world_size, const Device&
 	t.optimizer = c.optimizer;
 	t.schedule = c.schedule;
 	t.strategy.name = c.strategy;
-	t.strategy.replicated = replicated_options(c, device);
-	t.strategy.gradients = gradient_options(c, world_size);
+	t.strategy.replicated = replicated_options(c, topology, device);
+	t.strategy.gradients = gradient_options(c, topology.size());
 	t.strategy.ps_ranks = c.ps_ranks;
 	t.strategy.ema_decay = c.ema_decay;
-	detached_options(c, world_size, &t.strategy);
+	detached_options(c, topology.size(), &t.strategy);
 	t.epochs = c.epochs;
 	t.batch = c.batch;
 	t.accumulate = c.accumulate;

@@ -9,7 +9,7 @@ namespace tower::cli {
 
 // Throws tower::AgreedError naming the flag for a value that does not parse or does not apply
 // to the chosen strategy (every rank parses the same command line).
-TrainerConfig trainer_config(const TrainConfig& c, int world_size, const Device& device);
+TrainerConfig trainer_config(const TrainConfig& c, const Topology& topology, const Device& device);
 
 // --groups "0,1;2,3" -> {{0, 1}, {2, 3}} ("" -> no groups); throws tower::AgreedError for a member
 // that is not a rank number. Whether the groups fit the job is validate_group_assignment's call.

@@ -60,20 +60,27 @@ void AllReduce::deallocate(void* pointer)
 
 namespace {
 
+std::string why_hierarchical_cannot_run(const ReplicaGroup& group, const Device& device)
+{
+	if (!group.uniform_nodes)
+		return "hierarchical all-reduce needs the same number of the group's ranks on every node; choose "
+		       "groups that span nodes evenly, or the ring mode (tower train --allreduce ring, tower bench "
+		       "--mode ring)";
+	if (!device.is_cuda() && !group.node_shares_memory)
+		return "hierarchical all-reduce on the CPU needs each node's ranks to share memory, but a simulated "
+		       "node spans hosts; choose --ranks-per-node that divides the ranks per host";
+	return {};
+}
+
 std::unique_ptr<AllReduce> make_hierarchical(const ReplicaGroup& group, const Device& device,
 					     const AllReduceOptions& options)
 {
-	if (!group.uniform_nodes)
-		throw AgreedError("hierarchical all-reduce needs the same number of the group's ranks on every node; "
-				  "choose groups that span nodes evenly, or the ring mode (tower train --allreduce "
-				  "ring, tower bench --mode ring)");
+	if (const std::string why = why_hierarchical_cannot_run(group, device); !why.empty())
+		throw AgreedError(why);
 	if (device.is_cuda())
 		return std::make_unique<CommHierarchicalAllReduce>(make_communicator(group.node.get(), device),
 								   make_communicator(group.cross.get(), device),
 								   make_communicator(group.group.get(), device));
-	if (!group.node_shares_memory)
-		throw AgreedError("hierarchical all-reduce on the CPU needs each node's ranks to share memory, but a "
-				  "simulated node spans hosts; choose --ranks-per-node that divides the ranks per host");
 	return std::make_unique<HierarchicalAllReduce>(group.node.get(), group.cross.get(), options);
 }
 
@@ -98,6 +105,23 @@ std::unique_ptr<AllReduce> make_all_reduce(const Topology& topology, const Devic
 	case AllReduceMode::naive: return std::make_unique<NaiveAllReduce>(group.group.get(), device);
 	}
 	throw AgreedError("unknown all-reduce mode");
+}
+
+std::string why_all_reduce_cannot_run(const Topology& topology, const Device& device, AllReduceMode mode,
+				      const GroupAssignment& groups)
+{
+	if (mode != AllReduceMode::hierarchical)
+		return {};
+	return why_hierarchical_cannot_run(make_replica_group(topology, groups), device);
+}
+
+AllReduceMode automatic_all_reduce_mode(const Topology& topology, const Device& device, const GroupAssignment& groups)
+{
+	if (device.is_cuda())
+		return AllReduceMode::ring;
+	return why_all_reduce_cannot_run(topology, device, AllReduceMode::hierarchical, groups).empty()
+		       ? AllReduceMode::hierarchical
+		       : AllReduceMode::ring;
 }
 
 } // namespace tower

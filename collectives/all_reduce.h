@@ -67,6 +67,16 @@ private:
 	std::vector<void*> host_buffers_; // what the default allocate() handed out
 };
 
+// Collective over the topology's world: empty when `mode` can run over these nodes and groups on
+// `device`; otherwise why not, for people. (Only the hierarchical mode has conditions: the same
+// number of the group's ranks on every node, and on the CPU nodes whose ranks share memory.)
+std::string why_all_reduce_cannot_run(const Topology& topology, const Device& device, AllReduceMode mode,
+				      const GroupAssignment& groups);
+// Collective: what "auto" means here: NCCL's ring on GPUs; on the CPU the hierarchical mode, whose
+// steps inside a node read the peers' buffers through shared memory, where it can run, else ring.
+AllReduceMode automatic_all_reduce_mode(const Topology& topology, const Device& device,
+					const GroupAssignment& groups);
+
 // Collective over the topology's world. `groups` (empty: all ranks in one group) is validated
 // first: see validate_group_assignment. Buffers passed to run() must live on `device`.
 std::unique_ptr<AllReduce> make_all_reduce(const Topology& topology, const Device& device, AllReduceMode mode,

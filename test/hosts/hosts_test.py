@@ -2,8 +2,9 @@
 """tower across real hosts: scripts/fake-cluster puts 2 hosts in network, UTS and mount namespaces
 of their own on this machine, and mpirun starts a daemon on each over TCP. Checks that tower info
 sees 2 nodes with their own hostnames, that training across the hosts ends on the same replica hash
-as on one host (--deterministic), that the parameter-server strategy trains across them, and that a
-rank killed with SIGKILL on the other host ends the job. SKIP (77) where namespaces are not
+as on one host (--deterministic), that 3 ranks on 2 hosts (uneven) train with --allreduce auto and
+bench every mode that can run there with #wrong 0, that the parameter-server strategy trains across
+them, and that a rank killed with SIGKILL on the other host ends the job. SKIP (77) where namespaces are not
 permitted, saying why.
 
 Usage: hosts_test.py SOURCE_DIR BUILD_DIR MPIRUN"""
@@ -81,6 +82,19 @@ with tempfile.TemporaryDirectory(prefix="tower-hosts-test-") as tmp:
             fail(f"--deterministic across 2 hosts ends on {final_hash(across.stdout)}, on one host on "
                  f"{final_hash(here.stdout)}")
         print(f"replicated --deterministic: hash {final_hash(here.stdout)} on one host and across 2")
+
+        # Uneven hosts (3 ranks as 2 + 1): auto picks a mode that runs there, the bench skips the one
+        # that cannot and says why, and every mode it measures is right.
+        uneven = on_cluster("-np", "3", "--map-by", "node", "-x", "OMP_NUM_THREADS", tower, "train", *TRAIN)
+        if uneven.returncode != 0 or "ring all-reduce" not in uneven.stdout or final_hash(uneven.stdout) is None:
+            fail(f"3 ranks on 2 hosts with --allreduce auto: {uneven.stdout[-1500:]} {uneven.stderr[-1500:]}")
+        bench = on_cluster("-np", "3", "--map-by", "node", tower, "bench", "allreduce", "--mode", "all", "-b", "8",
+                           "-e", "1M", "-f", "16")
+        rows = [line.split() for line in bench.stdout.splitlines() if line.strip() and not line.startswith("#")]
+        if (bench.returncode != 0 or "mode hierarchical on 3 ranks: skipped: hierarchical all-reduce needs the same "
+                "number" not in bench.stdout or not rows or any(r[7] != "0" or r[11] != "0" for r in rows)):
+            fail(f"tower bench --mode all on uneven hosts: {bench.stdout[-2500:]} {bench.stderr[-1000:]}")
+        print(f"uneven 2+1: auto trains on ring, the bench skips hierarchical and says why, {len(rows)} rows #wrong 0")
 
         ps = on_cluster("-np", "4", "--map-by", "node", "-x", "OMP_NUM_THREADS", tower, "train", *TRAIN,
                         "--strategy", "parameter-server", "--ps-ranks", "1")
