@@ -465,6 +465,9 @@ nlohmann::json Trainer::Run::run()
 				  facts_.update_is_sharded ? " (update sharded across the node)" : ""));
 	if (!facts_.layout.empty())
 		progress_.say(facts_.layout);
+	if (facts_.name == "replicated" && c_.strategy.replicated.shard_update && device_.is_cuda())
+		progress_.say("--shard-update: not on GPUs; each GPU keeps and updates a whole copy (the sharded update "
+			      "splits it over a node's CPU ranks through shared memory)");
 	if (facts_.details.contains("placement"))
 		metrics_.write({{"event", "placement"}, {"placement", facts_.details["placement"]}});
 	if (DetachedStrategy* detached = tower_->detached())
