@@ -33,11 +33,29 @@ void Ops::conv2d_backward_weights(const ConvGeometry& g, const Tensor& x, const 
 	// kept from forward, which would need a batch's worth of them.
 	const int64_t oc = dy.dim(1), pixels = g.col_cols();
 	const Tensor dw2 = dw.reshaped({oc, g.col_rows()});
+	if (dw.dtype() == DType::f32) {
+		for (int64_t i = 0; i < x.dim(0); ++i) {
+			im2col(g, x.select(i), col);
+			const float beta = (i == 0 && !accumulate) ? 0.0f : 1.0f;
+			gemm(Transpose::no, Transpose::yes, 1.0f, dy.select(i).reshaped({oc, pixels}), col, beta, dw2);
+		}
+		return;
+	}
+	// A 16-bit gradient summed image by image would be rounded once per image, and bf16 drops a
+	// term once the sum is ~2^8 times it: the sum is kept in f32 and rounded once at the end.
+	const Tensor sum = Tensor::zeros(dw2.shape(), DType::f32, dw.device());
+	Tensor product; // one image's term in 16 bits, where the backend cannot write f32 directly
 	for (int64_t i = 0; i < x.dim(0); ++i) {
 		im2col(g, x.select(i), col);
-		const float beta = (i == 0 && !accumulate) ? 0.0f : 1.0f;
-		gemm(Transpose::no, Transpose::yes, 1.0f, dy.select(i).reshaped({oc, pixels}), col, beta, dw2);
+		const Tensor dy_i = dy.select(i).reshaped({oc, pixels});
+		if (gemm_into_f32(Transpose::no, Transpose::yes, 1.0f, dy_i, col, 1.0f, sum))
+			continue;
+		if (product.data() == nullptr)
+			product = Tensor::empty(dw2.shape(), dw.dtype(), dw.device());
+		gemm(Transpose::no, Transpose::yes, 1.0f, dy_i, col, 0.0f, product);
+		cast(product, sum, true);
 	}
+	cast(sum, dw2, accumulate);
 }
 
 } // namespace tower

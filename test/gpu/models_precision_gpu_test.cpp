@@ -81,7 +81,10 @@ void compare_layer(const LayerMaker& make, const Tensor& x, DType t)
 // max-pool windows end in a 16-bit tie is another draw, not the CPU test batch's:
 // - convolutions behind pooling: the CPU measured bf16 0.079 on the test batch but up to 0.155
 //   over 16 batches, f16 at most 0.037; the GPU gets bf16 0.2 and f16 0.05 (about 1.3x the
-//   worst seen). Not yet measured on a GPU: docs/gpu-validation.md records the first run.
+//   worst seen). Not yet measured on a GPU: docs/gpu-validation.md records the first run. The
+//   weight gradient's sum over the batch is not part of this bound: the default convolution
+//   keeps it in f32 and rounds once (ops_test "rounded once, not once per image" shows it on the
+//   CPU; before, the bf16 running sum was 15% off at batch 256).
 // - the CNN's fully connected layers take pooled activations that went through two convolutions
 //   and two poolings in 16 bits, each rounding at 2^-9 (bf16) or 2^-12 (f16) relative, so their
 //   gradients get three times the per-layer bound: bf16 3e-2, f16 6e-3.

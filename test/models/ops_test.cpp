@@ -283,6 +283,40 @@ TEST_CASE("the CPU convolution matches im2col + gemm forward and backward, in f3
 	}
 }
 
+TEST_CASE("the im2col weight gradient of a large 16-bit batch is rounded once, not once per image")
+{
+	// The default convolution (the CUDA backend's) sums one image at a time; into a bf16 buffer
+	// that sum lost each term once it was ~2^8 times larger. The f32 sum of the same bf16 inputs is
+	// the reference: the bf16 result must be within a rounding or two of it.
+	const Ops& ops = cpu_ops();
+	const ConvGeometry g{2, 6, 6, 3, 1};
+	const int64_t batch = 256, oc = 3;
+	auto make = [&](const Shape& shape, const char* name, DType t) {
+		Tensor out = Tensor::empty(shape, t, Device{});
+		// Positive terms, so the sum grows with the batch and the rounding of a 16-bit running sum shows.
+		std::vector<float> v = random_tensor(shape, name).to_host_f32();
+		for (float& e : v)
+			e = 0.5f + std::abs(e);
+		ops.cast(Tensor::from_host(v, shape, Device{}), out, false);
+		return out;
+	};
+	const Tensor x16 = make({batch, g.channels, g.height, g.width}, "x", DType::bf16);
+	const Tensor dy16 = make({batch, oc, g.out_height(), g.out_width()}, "dy", DType::bf16);
+	const Tensor x32 = Tensor::empty(x16.shape(), DType::f32, Device{}), dy32 = Tensor::empty(dy16.shape(), DType::f32, Device{});
+	ops.cast(x16, x32, false);
+	ops.cast(dy16, dy32, false);
+	const Shape w_shape = {oc, g.channels, g.kernel, g.kernel};
+	const Tensor want = Tensor::zeros(w_shape, DType::f32, Device{}), got = Tensor::zeros(w_shape, DType::bf16, Device{});
+	ops.Ops::conv2d_backward_weights(g, x32, dy32, want, false, Tensor::empty({g.col_rows(), g.col_cols()}, DType::f32, Device{}));
+	ops.Ops::conv2d_backward_weights(g, x16, dy16, got, false, Tensor::empty({g.col_rows(), g.col_cols()}, DType::bf16, Device{}));
+	const std::vector<float> a = got.to_host_f32(), b = want.to_host_f32();
+	double worst = 0;
+	for (size_t i = 0; i < a.size(); ++i)
+		worst = std::max(worst, std::abs(static_cast<double>(a[i]) - b[i]) / std::abs(static_cast<double>(b[i])));
+	CAPTURE(worst);
+	CHECK(worst <= 2.0 / 256); // two bf16 roundings (2^-8 each, relative)
+}
+
 TEST_CASE("the CPU backend makes each oneDNN primitive once per shape and reuses it")
 {
 	const Ops& ops = cpu_ops();
