@@ -164,7 +164,6 @@ private:
 	bool agreed_; // before anything collective: the ranks run the same configuration
 	MetricsLog metrics_;
 	timeline::Recording timeline_; // started before the strategy is built: spans there are recorded too
-	const SampleSet& train_;
 	const SampleSet& test_;
 	std::unique_ptr<Tower> tower_;
 	StrategyFacts facts_;
@@ -194,7 +193,7 @@ Trainer::Run::Run(const Topology& topology, const Device& device, Model& model, 
 	: c_(c), topology_(topology), device_(device), agreed_(check_agreement(topology, device, model, train, test, c)),
 	  metrics_(open_metrics(topology.world(), topology.rank(), c.metrics_path)),
 	  timeline_(topology.world(), c.timeline_path),
-	  train_(train), test_(test),
+	  test_(test),
 	  tower_(std::make_unique<Tower>(topology, device, model, c.optimizer, c.strategy, unchecked())),
 	  facts_(tower_->facts()),
 	  sampler_(train.size(), c.batch, std::max(tower_->worker_index(), 0), tower_->workers(), c.data_seed),
