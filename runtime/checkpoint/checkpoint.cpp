@@ -9,6 +9,8 @@
 #include <set>
 #include <thread>
 
+#include <unistd.h>
+
 #include <fmt/ranges.h>
 
 #include "base/mpi/agree.h"
@@ -153,6 +155,45 @@ Checkpointer::Checkpointer(const Topology& topology, const CheckpointConfig& con
 					      config_.every));
 	if (config_.resume && config_.dir.empty() && config_.resume_path.empty())
 		throw AgreedError("--resume needs --checkpoint-dir DIR (or --resume PATH): where are the checkpoints?");
+	check_directory_shared();
+}
+
+void Checkpointer::check_directory_shared() const
+{
+	// Where ranks other than 0 write files into rank 0's step directories (the parameter-server
+	// owners), every one of them must see the directory rank 0 writes. Said at start, not at the
+	// first checkpoint: a host-local directory on each host looks fine until then.
+	if (!saving())
+		return;
+	const int64_t others_save = all_reduce_scalar(topology_.world(),
+						      static_cast<int64_t>(topology_.rank() != 0 && saves_variables()),
+						      MPI_MAX, "checkpoint: which ranks save");
+	if (others_save == 0)
+		return;
+	std::string probe, problem;
+	if (topology_.rank() == 0)
+		problem = problem_of([&] {
+			fs::create_directories(config_.dir);
+			probe = (fs::path(config_.dir) / fmt::format(".shared-probe-{}", ::getpid())).string();
+			const std::string text = "tower checks that every saving rank sees this directory\n";
+			write_file_durably(probe, std::as_bytes(std::span(text.data(), text.size())));
+		});
+	agree(topology_.world(), problem);
+	broadcast_string(topology_.world(), probe, 0, "checkpoint: the shared-directory probe");
+	problem.clear();
+	if (saves_variables() && !fs::exists(probe))
+		problem = fmt::format("--checkpoint-dir {}: rank 0's file {} is not visible here, so this directory is not "
+				      "shared with rank 0's host; the {} strategy writes a file per saving rank into one "
+				      "step directory: give a directory every host shares (a network file system)",
+				      config_.dir, probe, strategy_name_);
+	const std::string verdict_problem = problem;
+	// Everyone has looked before the probe goes.
+	MPI_Request barrier = MPI_REQUEST_NULL;
+	TOWER_MPI(MPI_Ibarrier(topology_.world(), &barrier));
+	wait_request(barrier, {"checkpoint: the shared-directory probe", topology_.world()});
+	if (topology_.rank() == 0)
+		fs::remove(probe);
+	agree(topology_.world(), verdict_problem);
 }
 
 struct Checkpointer::Pending {

@@ -88,6 +88,7 @@ private:
 	std::string choose(std::string* manifest_text) const;
 	void load_variables(const std::string& step_dir);
 	bool saves_variables() const;
+	void check_directory_shared() const;
 	std::vector<NamedTensor> variables() const;
 	void start_agreement();
 	void write_manifest(const Pending& p) const;

@@ -4,7 +4,8 @@ of their own on this machine, and mpirun starts a daemon on each over TCP. Check
 sees 2 nodes with their own hostnames, that training across the hosts ends on the same replica hash
 as on one host (--deterministic), that 3 ranks on 2 hosts (uneven) train with --allreduce auto and
 bench every mode that can run there with #wrong 0, that the parameter-server strategy trains across
-them, and that a rank killed with SIGKILL on the other host ends the job. SKIP (77) where namespaces are not
+them, that a host-local checkpoint directory is refused at start where several ranks write into it,
+and that a rank killed with SIGKILL on the other host ends the job. SKIP (77) where namespaces are not
 permitted, saying why.
 
 Usage: hosts_test.py SOURCE_DIR BUILD_DIR MPIRUN"""
@@ -101,6 +102,20 @@ with tempfile.TemporaryDirectory(prefix="tower-hosts-test-") as tmp:
         if ps.returncode != 0 or final_hash(ps.stdout) is None or "shared memory" in ps.stdout:
             fail(f"parameter-server across 2 hosts (must not use shared memory): {ps.stdout[-1500:]} {ps.stderr[-800:]}")
         print("parameter-server with a dedicated server across 2 hosts: replicas identical")
+
+        # Checkpoints in a directory each host has of its own (/scratch): replicated saves on rank 0
+        # only and runs; parameter-server writes a file per owner and is refused at start.
+        local = on_cluster("-np", "2", "--map-by", "node", "-x", "OMP_NUM_THREADS", tower, "train", *TRAIN,
+                           "--checkpoint-dir", "/scratch/ckpt")
+        if local.returncode != 0:
+            fail(f"replicated with a host-local checkpoint directory: {local.stdout[-1000:]} {local.stderr[-1000:]}")
+        refused = on_cluster("-np", "2", "--map-by", "node", "-x", "OMP_NUM_THREADS", tower, "train", *TRAIN,
+                             "--strategy", "parameter-server", "--checkpoint-dir", "/scratch/ckpt")
+        said = [x for x in refused.stderr.splitlines() if "is not shared with rank 0's host" in x]
+        if refused.returncode == 0 or len(said) != 2 or "step 1" in refused.stdout:
+            fail(f"parameter-server with a host-local checkpoint directory must be refused at start on both ranks: "
+                 f"{refused.stdout[-1000:]} {refused.stderr[-1500:]}")
+        print("checkpoints: a host-local directory works for replicated and is refused at start for parameter-server")
 
         # SIGKILL a rank on host1 mid-run: the job must end, not hang.
         job = subprocess.Popen([cluster, "mpirun", "-np", "4", "--map-by", "node", "-x", "OMP_NUM_THREADS", tower,
