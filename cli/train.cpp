@@ -1,4 +1,5 @@
-// `tower train`: the command line of training on Fashion-MNIST; the library's trainer does the run.
+// `tower train`: the command line of training a built-in model (the classifiers on Fashion-MNIST, the GPT
+// on text); the library's trainer does the run.
 #include <memory>
 
 #include "cli/command.h"
@@ -6,6 +7,7 @@
 #include "cli/train_options.h"
 #include "models/kernels/cpu/cpu_threads.h"
 #include "data/fashion_mnist.h"
+#include "data/text_corpus.h"
 #include "models/model_factory.h"
 #include "base/watchdog/collective_debug.h"
 #include "base/watchdog/watched_wait.h"
@@ -17,11 +19,19 @@ namespace {
 
 void add_model_options(CLI::App& app, TrainConfig& c)
 {
-	app.add_option("--model", c.model.name, "Model: mlp or cnn")->check(CLI::IsMember({"mlp", "cnn"}));
+	app.add_option("--model", c.model.name, "Model: mlp or cnn (Fashion-MNIST), or gpt (byte-level text)")
+		->check(CLI::IsMember({"mlp", "cnn", "gpt"}));
 	app.add_option("--hidden", c.model.hidden, "Hidden width (mlp default 1024, cnn 512)")->check(CLI::NonNegativeNumber);
 	app.add_option("--depth", c.model.depth, "Hidden layers of the mlp")->check(CLI::PositiveNumber);
+	app.add_option("--layers", c.model.layers, "gpt: transformer blocks")->check(CLI::PositiveNumber);
+	app.add_option("--width", c.model.width, "gpt: residual width")->check(CLI::PositiveNumber);
+	app.add_option("--heads", c.model.heads, "gpt: attention heads (must divide --width)")->check(CLI::PositiveNumber);
+	app.add_option("--context", c.model.context, "gpt: positions per window (bytes of text seen at once)")
+		->check(CLI::PositiveNumber);
 	app.add_option("--seed", c.model.seed, "Seed of the initial parameters and the data order");
-	app.add_option("--data", c.data_dir, "Directory of the Fashion-MNIST *-ubyte.gz files");
+	app.add_option("--data", c.data_dir,
+		       "mlp, cnn: directory of the Fashion-MNIST *-ubyte.gz files; gpt: a text file or directory "
+		       "(default: Debian's fortunes, " + default_text_dir() + ")");
 }
 
 void add_optimizer_options(CLI::App& app, TrainConfig& c)
@@ -139,6 +149,12 @@ int run_training(World& world, const TrainConfig& c)
 	program_fields.add("--model", c.model.name);
 	program_fields.add("--hidden", c.model.hidden);
 	program_fields.add("--depth", c.model.depth);
+	if (c.model.name == "gpt") {
+		program_fields.add("--layers", c.model.layers);
+		program_fields.add("--width", c.model.width);
+		program_fields.add("--heads", c.model.heads);
+		program_fields.add("--context", c.model.context);
+	}
 	program_fields.add("--seed", c.model.seed);
 	program_fields.add("--precision", c.precision);
 	program_fields.add("--ranks-per-node", c.ranks_per_node ? std::to_string(*c.ranks_per_node) : "none");
@@ -151,11 +167,21 @@ int run_training(World& world, const TrainConfig& c)
 		set_cpu_threads(*c.threads);
 	TrainerConfig config = trainer_config(c, topology, device);
 	config.program_fields = program_fields;
-	const Dataset train = load_fashion_mnist_agreed(world.comm(), c.data_dir, Split::train);
-	const Dataset test = c.eval_every > 0 ? load_fashion_mnist_agreed(world.comm(), c.data_dir, Split::test) : Dataset{};
 	ModelConfig model_config = c.model;
 	model_config.precision = parse_precision(c.precision);
 	const auto model = make_model(model_config, device);
+	if (c.model.name == "gpt") {
+		const TextWindows train =
+			load_text_windows_agreed(world.comm(), c.data_dir, TextSplit::train, c.model.context, c.batch);
+		const TextWindows test =
+			load_text_windows_agreed(world.comm(), c.data_dir, TextSplit::validation, c.model.context, 1);
+		config.tokens_per_sample = c.model.context;
+		Trainer trainer(topology, device, *model, train, test, config);
+		trainer.run();
+		return 0;
+	}
+	const Dataset train = load_fashion_mnist_agreed(world.comm(), c.data_dir, Split::train);
+	const Dataset test = c.eval_every > 0 ? load_fashion_mnist_agreed(world.comm(), c.data_dir, Split::test) : Dataset{};
 	Trainer trainer(topology, device, *model, train, test, config);
 	trainer.run();
 	return 0;
@@ -168,7 +194,8 @@ Command add_train_command(CLI::App& parent)
 	auto config = std::make_shared<TrainConfig>();
 	config->data_dir = default_fashion_mnist_dir();
 	config->model.seed = 42;
-	CLI::App* app = parent.add_subcommand("train", "Train a model on Fashion-MNIST across the ranks of the job");
+	CLI::App* app = parent.add_subcommand("train", "Train a model (an image classifier on Fashion-MNIST, or a GPT on "
+						       "text) across the ranks of the job");
 	add_model_options(*app, *config);
 	add_optimizer_options(*app, *config);
 	add_run_options(*app, *config);
@@ -178,6 +205,8 @@ Command add_train_command(CLI::App& parent)
 	add_safety_options(*app, *config);
 	return {app, [config, app](World& world) {
 		config->resume = app->count("--resume") > 0;
+		if (config->model.name == "gpt" && app->count("--data") == 0)
+			config->data_dir = default_text_dir();
 		for (const char* name : replicated_only)
 			if (app->count(name) > 0)
 				config->replicated_only_given.push_back(name);

@@ -74,6 +74,11 @@ nlohmann::json run_identity(const TrainConfig& c)
 	};
 	for (const char* name : may_change_on_resume)
 		j.erase(name);
+	if (c.model.name == "gpt") // only then, so the classifiers' checkpoints keep their identity
+		j.update({{"--layers", c.model.layers},
+			  {"--width", c.model.width},
+			  {"--heads", c.model.heads},
+			  {"--context", c.model.context}});
 	return j;
 }
 

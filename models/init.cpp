@@ -23,13 +23,26 @@ uint64_t stream_seed(const std::string& name, uint64_t seed)
 	return z ^ (z >> 31);
 }
 
-Parameter make_parameter(const std::string& name, const Shape& shape, float bound, uint64_t seed, const Device& device)
+Parameter parameter_of(const std::string& name, const Shape& shape, const std::vector<float>& values,
+		       const Device& device)
 {
 	Parameter p;
 	p.name = name;
-	p.value = Tensor::from_host(seeded_uniform(name, seed, shape_numel(shape), bound), shape, device);
+	p.value = Tensor::from_host(values, shape, device);
 	p.grad = Tensor::zeros(shape, DType::f32, device);
 	return p;
+}
+
+Parameter make_parameter(const std::string& name, const Shape& shape, float bound, uint64_t seed, const Device& device)
+{
+	return parameter_of(name, shape, seeded_uniform(name, seed, shape_numel(shape), bound), device);
+}
+
+// A float in [0, 1) from the top 24 bits of the generator: exact, and the same in every standard
+// library (no library distribution is involved).
+float unit_float(std::mt19937_64& gen)
+{
+	return static_cast<float>(gen() >> 40) * 0x1.0p-24f;
 }
 
 } // namespace
@@ -38,13 +51,36 @@ std::vector<float> seeded_uniform(const std::string& name, uint64_t seed, int64_
 {
 	std::mt19937_64 gen(stream_seed(name, seed));
 	std::vector<float> out(static_cast<size_t>(count));
-	// The top 24 bits make an exact float in [0, 1); no library distribution is involved, so
-	// every standard library gives the same values.
-	for (float& v : out) {
-		const float unit = static_cast<float>(gen() >> 40) * 0x1.0p-24f;
-		v = (2.0f * unit - 1.0f) * bound;
+	for (float& v : out)
+		v = (2.0f * unit_float(gen) - 1.0f) * bound;
+	return out;
+}
+
+std::vector<float> seeded_normal(const std::string& name, uint64_t seed, int64_t count, float stddev)
+{
+	std::mt19937_64 gen(stream_seed(name, seed));
+	std::vector<float> out(static_cast<size_t>(count));
+	// Box-Muller in double, one pair per two values; 1 - u keeps the logarithm's argument in (0, 1].
+	constexpr double two_pi = 6.283185307179586;
+	for (size_t i = 0; i < out.size(); i += 2) {
+		const double u1 = 1.0 - static_cast<double>(unit_float(gen));
+		const double u2 = static_cast<double>(unit_float(gen));
+		const double r = std::sqrt(-2.0 * std::log(u1)) * stddev;
+		out[i] = static_cast<float>(r * std::cos(two_pi * u2));
+		if (i + 1 < out.size())
+			out[i + 1] = static_cast<float>(r * std::sin(two_pi * u2));
 	}
 	return out;
+}
+
+Parameter make_normal(const std::string& name, const Shape& shape, float stddev, uint64_t seed, const Device& device)
+{
+	return parameter_of(name, shape, seeded_normal(name, seed, shape_numel(shape), stddev), device);
+}
+
+Parameter make_constant(const std::string& name, const Shape& shape, float value, const Device& device)
+{
+	return parameter_of(name, shape, std::vector<float>(static_cast<size_t>(shape_numel(shape)), value), device);
 }
 
 Parameter make_weight(const std::string& name, const Shape& shape, int64_t fan_in, uint64_t seed, const Device& device)

@@ -2,6 +2,7 @@
 #include "models/model_factory.h"
 
 #include "models/cnn.h"
+#include "models/gpt.h"
 #include "models/mlp.h"
 #include "base/error.h"
 
@@ -19,7 +20,7 @@ void expect_option(bool ok, const std::string& what)
 
 std::string known_model_names()
 {
-	return "mlp, cnn";
+	return "mlp, cnn, gpt";
 }
 
 DType parse_precision(std::string_view text)
@@ -55,6 +56,16 @@ std::unique_ptr<Model> make_model(const ModelConfig& config, const Device& devic
 		o.seed = config.seed;
 		o.precision = p;
 		return make_cnn(o, device);
+	}
+	if (config.name == "gpt") {
+		GptOptions o;
+		o.layers = config.layers;
+		o.width = config.width;
+		o.heads = config.heads;
+		o.context = config.context;
+		o.seed = config.seed;
+		o.precision = p;
+		return make_gpt(o, device);
 	}
 	throw AgreedError(fmt::format("unknown model '{}'; the known models are: {}", config.name, known_model_names()));
 }

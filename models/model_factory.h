@@ -13,16 +13,21 @@
 namespace tower {
 
 struct ModelConfig {
-	std::string name = "mlp"; // "mlp" or "cnn"
+	std::string name = "mlp"; // "mlp", "cnn" or "gpt"
 	int64_t hidden = 0;       // hidden width; 0 picks the model's default (mlp 1024, cnn 512)
 	int64_t depth = 2;        // mlp only: the number of hidden layers
 	uint64_t seed = 0;        // initial parameters depend on this alone
 	// Compute type of activations and layer gradients: f32, f16 or bf16 (parameters, their
 	// gradients and the loss stay f32).
 	DType precision = DType::f32;
+	// gpt only (models/gpt.h): blocks, residual width, attention heads, positions per window.
+	int64_t layers = 4;
+	int64_t width = 256;
+	int64_t heads = 4;
+	int64_t context = 128;
 };
 
-// The names make_model knows, for help texts: "mlp, cnn".
+// The names make_model knows, for help texts: "mlp, cnn, gpt".
 std::string known_model_names();
 
 // Parses --precision: "fp32", "fp16" or "bf16" (also "f32", "f16"); throws tower::AgreedError

@@ -104,20 +104,32 @@ int64_t sum_over_ranks(MPI_Comm comm, int64_t value)
 	return all_reduce_scalar(comm, value, MPI_SUM, "summary totals");
 }
 
-// What a model defines of its evaluation: accuracy for a classifier, perplexity for the others.
-void add_evaluation(nlohmann::json& line, const EvalResult& e, const std::string& suffix)
+// A language model's mean loss (nats per predicted token) in bits per token; for a byte-level
+// model, bits per byte.
+double bits_per_token(const EvalResult& e)
+{
+	return e.loss / std::log(2.0);
+}
+
+// What a model defines of its evaluation: accuracy for a classifier, perplexity for the others,
+// and bits per token for language models.
+void add_evaluation(nlohmann::json& line, const EvalResult& e, const std::string& suffix, bool tokens)
 {
 	line["test_loss" + suffix] = e.loss;
 	if (e.classifies)
 		line["test_accuracy" + suffix] = e.accuracy;
 	else
 		line["test_perplexity" + suffix] = e.perplexity();
+	if (tokens && !e.classifies)
+		line["test_bits_per_token" + suffix] = bits_per_token(e);
 }
 
-std::string evaluation_text(const EvalResult& e)
+std::string evaluation_text(const EvalResult& e, bool tokens)
 {
-	return e.classifies ? fmt::format("test accuracy {:.2f}%  test loss {:.4f}", 100.0 * e.accuracy, e.loss)
-			    : fmt::format("test loss {:.4f}  perplexity {:.3f}", e.loss, e.perplexity());
+	if (e.classifies)
+		return fmt::format("test accuracy {:.2f}%  test loss {:.4f}", 100.0 * e.accuracy, e.loss);
+	return fmt::format("test loss {:.4f}  perplexity {:.3f}{}", e.loss, e.perplexity(),
+			   tokens ? fmt::format("  {:.3f} bits/token", bits_per_token(e)) : std::string());
 }
 
 // Sums of one logging window on this rank.
@@ -361,6 +373,8 @@ void Trainer::Run::log_window()
 			       {"overflow_frequency", overflow_frequency},
 			       {"skipped_steps", skipped_},
 			       {"peak_memory_bytes", peak_memory_}};
+	if (c_.tokens_per_sample > 0)
+		line["tokens_per_s"] = samples_per_s * static_cast<double>(c_.tokens_per_sample);
 	line.update(strategy_metrics());
 	metrics_.write(line);
 	window_ = Window{};
@@ -375,16 +389,17 @@ void Trainer::Run::evaluate(int epoch)
 	last_eval_.done = true;
 	std::string averaged_text;
 	nlohmann::json line = {{"event", "eval"}, {"step", step_}, {"epoch", epoch + 1}};
-	add_evaluation(line, last_eval_.raw, "");
+	const bool tokens = c_.tokens_per_sample > 0;
+	add_evaluation(line, last_eval_.raw, "", tokens);
 	if (tower_->has_averages()) {
 		tower_->use_averages(true);
 		last_eval_.averaged = evaluate_test_set(*tower_, test_, c_.batch, device_, topology_.world());
 		tower_->use_averages(false);
 		last_eval_.has_averaged = true;
-		averaged_text = "  averaged " + evaluation_text(last_eval_.averaged);
-		add_evaluation(line, last_eval_.averaged, "_ema");
+		averaged_text = "  averaged " + evaluation_text(last_eval_.averaged, tokens);
+		add_evaluation(line, last_eval_.averaged, "_ema", tokens);
 	}
-	progress_.say(fmt::format("epoch {}: {}{}", epoch + 1, evaluation_text(last_eval_.raw), averaged_text));
+	progress_.say(fmt::format("epoch {}: {}{}", epoch + 1, evaluation_text(last_eval_.raw, tokens), averaged_text));
 	metrics_.write(line);
 	window_.start += Clock::now() - start; // evaluation time is not training throughput
 }
@@ -430,6 +445,10 @@ nlohmann::json Trainer::Run::finish()
 	});
 	if (last_eval_.done && !last_eval_.raw.classifies)
 		summary["test_perplexity"] = last_eval_.raw.perplexity();
+	if (last_eval_.done && !last_eval_.raw.classifies && c_.tokens_per_sample > 0)
+		summary["test_bits_per_token"] = bits_per_token(last_eval_.raw);
+	if (c_.tokens_per_sample > 0)
+		summary["tokens_per_s"] = samples_per_s * static_cast<double>(c_.tokens_per_sample);
 	summary.update(strategy_metrics());
 	summary.update(facts_.details);
 	if (!detached_totals_.is_null()) {

@@ -31,6 +31,9 @@ struct TrainerConfig {
 	int64_t log_every = 50;   // a step line every this many updates
 	int eval_every = 1;       // evaluate every this many epochs and at the end; 0: never
 	int64_t check_every = 100; // compare the replicas' hashes every this many updates; 0: at the end only
+	// Language models: the tokens each sample predicts (a text window's context). Above 0, step
+	// lines and the summary add tokens_per_s, and evaluations add the loss in bits per token.
+	int64_t tokens_per_sample = 0;
 	std::string metrics_path; // JSON lines written by rank 0; empty: none
 	std::string timeline_path; // Chrome trace of every rank (runtime/observe/timeline.h); empty: none
 	CheckpointConfig checkpoint; // docs/checkpoints.md

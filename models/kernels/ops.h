@@ -98,6 +98,52 @@ public:
 	virtual void softmax_xent_backward(const Tensor& probs, const Tensor& labels, const Tensor& dlogits,
 					   float scale) const = 0;
 
+	// Batched c[i] = alpha * op(a[i]) * op(b[i]) + beta * c[i] for 3-D a, b, c of one batch count
+	// (attention's per-head products).
+	virtual void gemm_batched(Transpose ta, Transpose tb, float alpha, const Tensor& a, const Tensor& b,
+				  float beta, const Tensor& c) const = 0;
+
+	// The transformer's operations. x, y and their gradients are of the compute type; LayerNorm's
+	// gain and bias, their gradients and the row statistics are f32 (normalization is computed in
+	// f32 whatever the compute type, as in PyTorch's autocast).
+
+	// Over the last dimension of x [rows, C]: y = (x - mean) * rstd * gamma + beta, keeping each
+	// row's mean and rstd = 1 / sqrt(var + eps) (f32 [rows]) for the backward pass.
+	virtual void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps,
+				       const Tensor& y, const Tensor& mean, const Tensor& rstd) const = 0;
+	// dx (overwritten) from dy; dgamma and dbeta (f32) overwritten, or added to with `accumulate`.
+	virtual void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+					const Tensor& rstd, const Tensor& dx, const Tensor& dgamma,
+					const Tensor& dbeta, bool accumulate) const = 0;
+
+	// GELU, tanh form (GPT-2's): y = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); dx from x and dy.
+	virtual void gelu_forward(const Tensor& x, const Tensor& y) const = 0;
+	virtual void gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) const = 0;
+
+	// Causal softmax of scores [N, T, T]: probs[n, i, j] = softmax over j <= i of scale * scores,
+	// and 0 for j > i (a position sees itself and the positions before it).
+	virtual void causal_softmax_forward(const Tensor& scores, float scale, const Tensor& probs) const = 0;
+	// dscores = scale * probs * (dprobs - sum_j probs * dprobs), 0 above the diagonal; dscores may
+	// be dprobs itself.
+	virtual void causal_softmax_backward(const Tensor& probs, const Tensor& dprobs, float scale,
+					     const Tensor& dscores) const = 0;
+
+	// Moves attention heads between rows and heads: rows [B, T, W] and heads [B, H, T, D] with
+	// heads[b, h, t, d] = rows[b, t, offset + h * D + d]; copies rows into heads with `to_heads`,
+	// heads into rows otherwise (other columns of rows are left alone).
+	virtual void permute_heads(const Tensor& rows, int64_t offset, const Tensor& heads, bool to_heads) const = 0;
+
+	// Token windows i32 [B, T + 1] into a model's inputs (the first T of each, i32 [B * T]) and
+	// targets (the last T, i32 [B * T]).
+	virtual void split_windows(const Tensor& windows, const Tensor& inputs, const Tensor& targets) const = 0;
+	// out[n] = table[tokens[n]] for i32 tokens [N], table [V, C] and out [N, C] of one type;
+	// throws tower::Error for a token outside [0, V).
+	virtual void embedding_forward(const Tensor& tokens, const Tensor& table, const Tensor& out) const = 0;
+	// dtable[v] (+)= sum of dout[n] over n with tokens[n] == v, into f32 dtable [V, C] in a fixed
+	// order (deterministic); dout of the compute type. Overwrites dtable unless `accumulate`.
+	virtual void embedding_backward(const Tensor& tokens, const Tensor& dout, const Tensor& dtable,
+					bool accumulate) const = 0;
+
 	// dst = src converted to dst's type (any two of f32, f16, bf16; same element count); with
 	// `accumulate`, dst += src instead, computed in f32.
 	virtual void cast(const Tensor& src, const Tensor& dst, bool accumulate) const = 0;

@@ -100,4 +100,76 @@ void check_xent(const Tensor& logits, const Tensor& labels, const Tensor& probs)
 		    shape_text(logits.shape()), shape_text(labels.shape()), shape_text(probs.shape()));
 }
 
+BatchedGemmDims checked_batched_gemm_dims(Transpose ta, Transpose tb, const Tensor& a, const Tensor& b,
+					  const Tensor& c)
+{
+	TOWER_CHECK(a.rank() == 3 && b.rank() == 3 && c.rank() == 3 && a.dim(0) == b.dim(0) && a.dim(0) == c.dim(0),
+		    "batched gemm needs 3-D tensors of one batch count, got {} {} {}", shape_text(a.shape()),
+		    shape_text(b.shape()), shape_text(c.shape()));
+	BatchedGemmDims d;
+	d.batch = a.dim(0);
+	// The per-item shapes, checked as a 2-D gemm (views only: nothing is read).
+	const auto item = [](const Tensor& t) { return Tensor::view(t.data(), {t.dim(1), t.dim(2)}, t.dtype(), t.device()); };
+	static_cast<GemmDims&>(d) = checked_gemm_dims(ta, tb, item(a), item(b), item(c));
+	return d;
+}
+
+int64_t check_layernorm(const Tensor& x, const Tensor& gamma, const Tensor& y, const Tensor& mean,
+			const Tensor& rstd)
+{
+	expect_float(x, "layernorm input");
+	expect_same_dtype(x, y, "layernorm");
+	expect_f32(gamma, "layernorm gain");
+	expect_f32(mean, "layernorm mean");
+	expect_f32(rstd, "layernorm rstd");
+	TOWER_CHECK(x.rank() == 2 && y.shape() == x.shape() && gamma.numel() == x.dim(1) && mean.numel() == x.dim(0) &&
+			    rstd.numel() == x.dim(0),
+		    "layernorm needs x and y [rows, C], gamma [C] and row statistics [rows]; got {}, {}, {} and {}",
+		    shape_text(x.shape()), shape_text(y.shape()), shape_text(gamma.shape()), shape_text(mean.shape()));
+	return x.dim(0);
+}
+
+void check_causal_softmax(const Tensor& scores, const Tensor& probs)
+{
+	expect_float(scores, "attention scores");
+	expect_same_dtype(scores, probs, "causal softmax");
+	TOWER_CHECK(scores.rank() == 3 && scores.dim(1) == scores.dim(2) && probs.shape() == scores.shape(),
+		    "causal softmax needs scores and probs [N, T, T], got {} and {}", shape_text(scores.shape()),
+		    shape_text(probs.shape()));
+}
+
+void check_permute_heads(const Tensor& rows, int64_t offset, const Tensor& heads)
+{
+	expect_float(rows, "head rows");
+	expect_same_dtype(rows, heads, "permute heads");
+	TOWER_CHECK(rows.rank() == 3 && heads.rank() == 4 && heads.dim(0) == rows.dim(0) && heads.dim(2) == rows.dim(1) &&
+			    offset >= 0 && offset + heads.dim(1) * heads.dim(3) <= rows.dim(2),
+		    "heads {} do not fit rows {} from column {}", shape_text(heads.shape()), shape_text(rows.shape()),
+		    offset);
+}
+
+void check_split_windows(const Tensor& windows, const Tensor& inputs, const Tensor& targets)
+{
+	for (const Tensor* t : {&windows, &inputs, &targets})
+		TOWER_CHECK(t->dtype() == DType::i32, "token windows, inputs and targets are i32, not {}",
+			    dtype_name(t->dtype()));
+	TOWER_CHECK(windows.rank() == 2 && windows.dim(1) >= 2 &&
+			    inputs.numel() == windows.dim(0) * (windows.dim(1) - 1) && targets.numel() == inputs.numel(),
+		    "windows {} split into inputs {} and targets {}: need [B, T + 1], [B * T] and [B * T]",
+		    shape_text(windows.shape()), shape_text(inputs.shape()), shape_text(targets.shape()));
+}
+
+void check_embedding(const Tensor& tokens, const Tensor& table, const Tensor& out, bool table_f32)
+{
+	TOWER_CHECK(tokens.dtype() == DType::i32, "tokens are {} but must be i32", dtype_name(tokens.dtype()));
+	expect_float(out, "embedding output");
+	if (table_f32)
+		expect_f32(table, "embedding gradient");
+	else
+		expect_same_dtype(table, out, "embedding");
+	TOWER_CHECK(table.rank() == 2 && out.rank() == 2 && out.dim(0) == tokens.numel() && out.dim(1) == table.dim(1),
+		    "embedding of tokens {} from table {} into {}: need [N], [V, C] and [N, C]",
+		    shape_text(tokens.shape()), shape_text(table.shape()), shape_text(out.shape()));
+}
+
 } // namespace tower

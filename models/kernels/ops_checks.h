@@ -39,4 +39,28 @@ void check_im2col(const ConvGeometry& g, const Tensor& image, const Tensor& col)
 // Checks logits [B, K], labels i32 [B] and probs (logits' shape).
 void check_xent(const Tensor& logits, const Tensor& labels, const Tensor& probs);
 
+// The sizes of batched c[i] = op(a[i]) op(b[i]) for 3-D tensors, and their batch count.
+struct BatchedGemmDims : GemmDims {
+	int64_t batch = 0;
+};
+BatchedGemmDims checked_batched_gemm_dims(Transpose ta, Transpose tb, const Tensor& a, const Tensor& b,
+					  const Tensor& c);
+
+// LayerNorm: x and y [rows, C] of one compute type, gamma and beta f32 [C], mean and rstd f32
+// [rows]; returns the row count.
+int64_t check_layernorm(const Tensor& x, const Tensor& gamma, const Tensor& y, const Tensor& mean,
+			const Tensor& rstd);
+
+// Causal softmax: scores and probs [N, T, T] of one compute type.
+void check_causal_softmax(const Tensor& scores, const Tensor& probs);
+
+// Heads [B, H, T, D] against rows [B, T, W] with columns offset .. offset + H * D.
+void check_permute_heads(const Tensor& rows, int64_t offset, const Tensor& heads);
+
+// Windows i32 [B, T + 1], inputs and targets i32 [B * T].
+void check_split_windows(const Tensor& windows, const Tensor& inputs, const Tensor& targets);
+
+// Embedding: i32 tokens [N], table [V, C], out [N, C]; `table_f32` for the backward's f32 table.
+void check_embedding(const Tensor& tokens, const Tensor& table, const Tensor& out, bool table_f32);
+
 } // namespace tower

@@ -16,6 +16,14 @@ Linear::Linear(const std::string& name, int64_t in, int64_t out, Activation acti
 {
 }
 
+Linear::Linear(Parameter weight, Parameter bias, Activation activation)
+	: in_(weight.value.rank() == 2 ? weight.value.dim(1) : 0), out_(weight.value.rank() == 2 ? weight.value.dim(0) : 0),
+	  activation_(activation), weight_(std::move(weight)), bias_(std::move(bias))
+{
+	TOWER_CHECK(in_ > 0 && out_ > 0 && bias_.value.numel() == out_, "{} {} and {} {} are not a linear layer's [out, in] and [out]",
+		    weight_.name, shape_text(weight_.value.shape()), bias_.name, shape_text(bias_.value.shape()));
+}
+
 const Tensor& Linear::forward(const Tensor& x)
 {
 	TOWER_CHECK(x.rank() == 2 && x.dim(1) == in_, "{} expects input [B, {}], got {}", weight_.name, in_,

@@ -15,6 +15,8 @@ public:
 	// Parameters "<name>.weight" [out, in] and "<name>.bias" [out], seeded from (seed, name).
 	Linear(const std::string& name, int64_t in, int64_t out, Activation activation, uint64_t seed,
 	       const Device& device);
+	// Parameters made by the caller (another initialization): weight [out, in] and bias [out].
+	Linear(Parameter weight, Parameter bias, Activation activation);
 
 	std::vector<Parameter*> parameters() override { return {&weight_, &bias_}; }
 	const Tensor& forward(const Tensor& x) override; // x: [B, in]

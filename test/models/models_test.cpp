@@ -103,7 +103,7 @@ TEST_CASE("the cnn has two conv blocks and a configurable hidden layer")
 TEST_CASE("an unknown model name lists the known ones")
 {
 	CHECK_THROWS_WITH_AS(make_model(ModelConfig{"resnet", 0, 2, 0}, Device{}),
-			     doctest::Contains("unknown model 'resnet'; the known models are: mlp, cnn"), AgreedError);
+			     doctest::Contains("unknown model 'resnet'; the known models are: mlp, cnn, gpt"), AgreedError);
 }
 
 TEST_CASE("initial parameters depend on the seed alone and agree on every rank")

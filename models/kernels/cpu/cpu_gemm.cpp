@@ -9,6 +9,7 @@
 #include "models/kernels/cpu/dnnl_cpu.h"
 #include "models/kernels/cpu/f32_copy.h"
 #include "models/kernels/ops_checks.h"
+#include "base/error.h"
 
 namespace tower {
 
@@ -20,8 +21,9 @@ struct GemmKey {
 	DType dtype;
 	float alpha, beta;
 	DType result = dtype; // c's type: dtype, or f32 for a 16-bit gradient written straight into f32
+	int64_t batch = 0;    // > 0: that many products of contiguous [rows, ld] items (gemm_batched)
 
-	auto tie() const { return std::tie(m, n, k, lda, ldb, ldc, ta, tb, dtype, alpha, beta, result); }
+	auto tie() const { return std::tie(m, n, k, lda, ldb, ldc, ta, tb, dtype, alpha, beta, result, batch); }
 	bool operator<(const GemmKey& o) const { return tie() < o.tie(); }
 };
 
@@ -32,11 +34,26 @@ dnnl::memory::desc operand_desc(int64_t rows, int64_t cols, int64_t ld, bool tra
 	return dnnl::memory::desc({rows, cols}, dnnl_type(dtype), strides);
 }
 
+// The same for a batch of contiguous items, each `item` elements after the one before.
+dnnl::memory::desc batched_desc(int64_t batch, int64_t rows, int64_t cols, int64_t ld, bool transposed, DType dtype)
+{
+	const int64_t item = ld * (transposed ? cols : rows);
+	const dnnl::memory::dims strides = transposed ? dnnl::memory::dims{item, 1, ld} : dnnl::memory::dims{item, ld, 1};
+	return dnnl::memory::desc({batch, rows, cols}, dnnl_type(dtype), strides);
+}
+
+dnnl::memory::desc gemm_operand(const GemmKey& key, int64_t rows, int64_t cols, int64_t ld, bool transposed,
+				DType dtype)
+{
+	return key.batch > 0 ? batched_desc(key.batch, rows, cols, ld, transposed, dtype)
+			     : operand_desc(rows, cols, ld, transposed, dtype);
+}
+
 std::unique_ptr<DnnlPrimitive> make_matmul(const GemmKey& key, DType dtype, DType result)
 {
-	const auto a = operand_desc(key.m, key.k, key.lda, key.ta, dtype);
-	const auto b = operand_desc(key.k, key.n, key.ldb, key.tb, dtype);
-	const auto c = operand_desc(key.m, key.n, key.ldc, false, result);
+	const auto a = gemm_operand(key, key.m, key.k, key.lda, key.ta, dtype);
+	const auto b = gemm_operand(key, key.k, key.n, key.ldb, key.tb, dtype);
+	const auto c = gemm_operand(key, key.m, key.n, key.ldc, false, result);
 	dnnl::primitive_attr attr;
 	attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
 	if (key.alpha != 1.0f)
@@ -63,7 +80,7 @@ std::unique_ptr<DnnlPrimitive> make_matmul(const GemmKey& key, DType dtype, DTyp
 bool b_rows_alias(const GemmKey& key, const DnnlPrimitive& f32_primitive)
 {
 	const int64_t pitch_bytes = key.ldb * static_cast<int64_t>(sizeof(float));
-	return !key.tb && key.m >= 8 && key.m <= 256 && pitch_bytes >= 2048 && pitch_bytes % 512 == 0 &&
+	return key.batch == 0 && !key.tb && key.m >= 8 && key.m <= 256 && pitch_bytes >= 2048 && pitch_bytes % 512 == 0 &&
 	       f32_primitive.implementation().rfind("gemm:jit", 0) == 0;
 }
 
@@ -170,6 +187,28 @@ void CpuOps::gemm(Transpose ta, Transpose tb, float alpha, const Tensor& a, cons
 	static std::map<GemmKey, GemmPlan> plans;
 	const std::lock_guard lock(mutex);
 	// Making a primitive may run parallel code too: the thread count is set before that.
+	pin_cpu_threads();
+	auto it = plans.find(key);
+	if (it == plans.end())
+		it = plans.emplace(key, plan_gemm(key)).first;
+	run_plan(it->second, key, a, b, c);
+}
+
+void CpuOps::gemm_batched(Transpose ta, Transpose tb, float alpha, const Tensor& a, const Tensor& b, float beta,
+			  const Tensor& c) const
+{
+	const BatchedGemmDims d = checked_batched_gemm_dims(ta, tb, a, b, c);
+	for (const Tensor* t : {&a, &b, &c})
+		expect_on(*t, Device{}, "batched gemm operand");
+	if (d.batch == 0 || d.m == 0 || d.n == 0)
+		return;
+	TOWER_CHECK(d.k > 0, "batched gemm over an empty inner dimension ({})", shape_text(a.shape()));
+	GemmKey key{d.m,		      d.n, d.k, a.dim(2), b.dim(2), c.dim(2), ta == Transpose::yes,
+		    tb == Transpose::yes, a.dtype(), alpha, beta, a.dtype()};
+	key.batch = d.batch;
+	static std::mutex mutex;
+	static std::map<GemmKey, GemmPlan> plans;
+	const std::lock_guard lock(mutex);
 	pin_cpu_threads();
 	auto it = plans.find(key);
 	if (it == plans.end())

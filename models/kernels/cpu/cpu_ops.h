@@ -33,6 +33,23 @@ public:
 	void softmax_xent_backward(const Tensor& probs, const Tensor& labels, const Tensor& dlogits,
 				   float scale) const override;
 	void cast(const Tensor& src, const Tensor& dst, bool accumulate) const override;
+	void gemm_batched(Transpose ta, Transpose tb, float alpha, const Tensor& a, const Tensor& b, float beta,
+			  const Tensor& c) const override;
+	void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, const Tensor& y,
+			       const Tensor& mean, const Tensor& rstd) const override;
+	void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+				const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
+				bool accumulate) const override;
+	void gelu_forward(const Tensor& x, const Tensor& y) const override;
+	void gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) const override;
+	void causal_softmax_forward(const Tensor& scores, float scale, const Tensor& probs) const override;
+	void causal_softmax_backward(const Tensor& probs, const Tensor& dprobs, float scale,
+				     const Tensor& dscores) const override;
+	void permute_heads(const Tensor& rows, int64_t offset, const Tensor& heads, bool to_heads) const override;
+	void split_windows(const Tensor& windows, const Tensor& inputs, const Tensor& targets) const override;
+	void embedding_forward(const Tensor& tokens, const Tensor& table, const Tensor& out) const override;
+	void embedding_backward(const Tensor& tokens, const Tensor& dout, const Tensor& dtable,
+				bool accumulate) const override;
 	bool all_finite(const Tensor& x) const override;
 	double sum_of_squares(const Tensor& x) const override;
 	void scale(const Tensor& x, float factor) const override;

@@ -95,6 +95,26 @@ void CudaOps::gemm(Transpose ta, Transpose tb, float alpha, const Tensor& a, con
 		     "cublasSgemm");
 }
 
+void CudaOps::gemm_batched(Transpose ta, Transpose tb, float alpha, const Tensor& a, const Tensor& b, float beta,
+			   const Tensor& c) const
+{
+	const BatchedGemmDims d = checked_batched_gemm_dims(ta, tb, a, b, c);
+	for (const Tensor* t : {&a, &b, &c})
+		expect_here(*t, "batched gemm operand");
+	if (d.batch == 0 || d.m == 0 || d.n == 0)
+		return;
+	// Column-major as in gemm(): the operands swap places; each item follows the one before.
+	const auto flag = [](Transpose t) { return t == Transpose::yes ? CUBLAS_OP_T : CUBLAS_OP_N; };
+	const cudaDataType_t type = cublas_type(c.dtype());
+	check_cublas(cublasGemmStridedBatchedEx(cublas_, flag(tb), flag(ta), static_cast<int>(d.n), static_cast<int>(d.m),
+						static_cast<int>(d.k), &alpha, b.data(), type, static_cast<int>(b.dim(2)),
+						b.dim(1) * b.dim(2), a.data(), type, static_cast<int>(a.dim(2)),
+						a.dim(1) * a.dim(2), &beta, c.data(), type, static_cast<int>(c.dim(2)),
+						c.dim(1) * c.dim(2), static_cast<int>(d.batch), CUBLAS_COMPUTE_32F,
+						CUBLAS_GEMM_DEFAULT),
+		     "cublasGemmStridedBatchedEx");
+}
+
 void CudaOps::fill(const Tensor& x, float value) const
 {
 	expect_float(x, "filled tensor");

@@ -1,4 +1,4 @@
-// Elementwise CUDA kernels: fill, axpy, bias with optional ReLU, bias gradient, ReLU, casts.
+// Elementwise CUDA kernels: fill, axpy, bias with optional ReLU, bias gradient, ReLU, GELU, casts.
 #include "models/kernels/cuda/kernels.h"
 #include "models/kernels/cuda/launch.cuh"
 
@@ -67,6 +67,30 @@ template <typename T> __global__ void relu_backward_kernel(const T* y, const T* 
 	dx[i] = to_f32(y[i]) > 0.0f ? dy[i] : from_f32<T>(0.0f);
 }
 
+// GELU's tanh form, as the CPU backend computes it.
+constexpr float gelu_k = 0.7978845608028654f; // sqrt(2 / pi)
+constexpr float gelu_c = 0.044715f;
+
+template <typename T> __global__ void gelu_forward_kernel(const T* x, T* y, int64_t n)
+{
+	TOWER_GRID_STRIDE(i, n)
+	{
+		const float v = to_f32(x[i]);
+		y[i] = from_f32<T>(0.5f * v * (1.0f + tanhf(gelu_k * (v + gelu_c * v * v * v))));
+	}
+}
+
+template <typename T> __global__ void gelu_backward_kernel(const T* x, const T* dy, T* dx, int64_t n)
+{
+	TOWER_GRID_STRIDE(i, n)
+	{
+		const float v = to_f32(x[i]);
+		const float t = tanhf(gelu_k * (v + gelu_c * v * v * v));
+		const float slope = 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * gelu_k * (1.0f + 3.0f * gelu_c * v * v);
+		dx[i] = from_f32<T>(to_f32(dy[i]) * slope);
+	}
+}
+
 template <typename S, typename D> __global__ void cast_kernel(const S* src, D* dst, int64_t n, bool accumulate)
 {
 	TOWER_GRID_STRIDE(i, n)
@@ -133,6 +157,25 @@ void relu_backward(DType t, const void* y, const void* dy, void* dx, int64_t n)
 								      static_cast<T*>(dx), n);
 	});
 	check_launch("relu_backward");
+}
+
+void gelu_forward(DType t, const void* x, void* y, int64_t n)
+{
+	with_float_type(t, [&](auto tag) {
+		using T = decltype(tag);
+		gelu_forward_kernel<<<grid_for(n), block_threads>>>(static_cast<const T*>(x), static_cast<T*>(y), n);
+	});
+	check_launch("gelu_forward");
+}
+
+void gelu_backward(DType t, const void* x, const void* dy, void* dx, int64_t n)
+{
+	with_float_type(t, [&](auto tag) {
+		using T = decltype(tag);
+		gelu_backward_kernel<<<grid_for(n), block_threads>>>(static_cast<const T*>(x), static_cast<const T*>(dy),
+								      static_cast<T*>(dx), n);
+	});
+	check_launch("gelu_backward");
 }
 
 void cast(DType st, const void* src, DType dt, void* dst, int64_t n, bool accumulate)

@@ -33,6 +33,27 @@ void softmax_xent_forward(DType t, const void* logits, const int32_t* labels, vo
 void softmax_xent_backward(DType t, const void* probs, const int32_t* labels, void* dlogits, int64_t rows,
 			   int64_t classes, float scale);
 
+// The transformer's kernels (layernorm.cu, attention.cu, embedding.cu, elementwise.cu); shapes as
+// in models/kernels/ops.h, float operands of the compute type t except where f32 is named.
+void layernorm_forward(DType t, const void* x, const float* gamma, const float* beta, float eps, void* y,
+		       float* mean, float* rstd, int64_t rows, int64_t channels);
+void layernorm_backward(DType t, const void* dy, const void* x, const float* gamma, const float* mean,
+			const float* rstd, void* dx, float* dgamma, float* dbeta, int64_t rows, int64_t channels,
+			bool accumulate);
+void gelu_forward(DType t, const void* x, void* y, int64_t n);
+void gelu_backward(DType t, const void* x, const void* dy, void* dx, int64_t n);
+void causal_softmax_forward(DType t, const void* scores, float scale, void* probs, int64_t n, int64_t time);
+void causal_softmax_backward(DType t, const void* probs, const void* dprobs, float scale, void* dscores, int64_t n,
+			     int64_t time);
+void permute_heads(DType t, void* rows, int64_t width, int64_t offset, void* heads, int64_t batch, int64_t head_count,
+		   int64_t time, int64_t head_dim, bool to_heads);
+void split_windows(const int32_t* windows, int32_t* inputs, int32_t* targets, int64_t batch, int64_t time);
+// A token outside [0, vocab) reads as a zero row (the CPU backend throws instead).
+void embedding_forward(DType t, const int32_t* tokens, const void* table, void* out, int64_t n, int64_t vocab,
+		       int64_t channels);
+void embedding_backward(DType t, const int32_t* tokens, const void* dout, float* dtable, int64_t n, int64_t vocab,
+			int64_t channels, bool accumulate);
+
 // f32 x: the sum of squares into *out (f64) through `partials` (max_partials doubles), in a
 // fixed order; inf or NaN anywhere makes it non-finite.
 constexpr int64_t max_partials = 1024;

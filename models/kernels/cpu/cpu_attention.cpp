@@ -1,0 +1,81 @@
+// Attention's own CPU operations: the causal softmax and its gradient, and moving heads between layouts.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "models/kernels/cpu/cpu_ops.h"
+#include "models/kernels/cpu/f32_copy.h"
+#include "models/kernels/ops_checks.h"
+
+namespace tower {
+
+void CpuOps::causal_softmax_forward(const Tensor& scores, float scale, const Tensor& probs) const
+{
+	check_causal_softmax(scores, probs);
+	const int64_t n = scores.dim(0), t = scores.dim(1);
+	const F32Copy fs(scores, true), fp(probs, false);
+	for (int64_t row = 0; row < n * t; ++row) {
+		const int64_t i = row % t; // the query's position: it sees keys 0..i
+		const float* __restrict s = fs.data() + row * t;
+		float* __restrict p = fp.data() + row * t;
+		float top = s[0];
+		for (int64_t j = 1; j <= i; ++j)
+			top = std::max(top, s[j]);
+		float sum = 0.0f;
+		for (int64_t j = 0; j <= i; ++j) {
+			p[j] = std::exp(scale * (s[j] - top));
+			sum += p[j];
+		}
+		const float inv = 1.0f / sum;
+		for (int64_t j = 0; j <= i; ++j)
+			p[j] *= inv;
+		std::fill(p + i + 1, p + t, 0.0f);
+	}
+	fp.store();
+}
+
+void CpuOps::causal_softmax_backward(const Tensor& probs, const Tensor& dprobs, float scale,
+				     const Tensor& dscores) const
+{
+	check_causal_softmax(probs, dprobs);
+	check_causal_softmax(probs, dscores);
+	const int64_t n = probs.dim(0), t = probs.dim(1);
+	const F32Copy fp(probs, true), fdp(dprobs, true);
+	// dscores may be dprobs: each row reads all of dprobs' row before writing it.
+	const F32Copy fds(dscores, dscores.data() == dprobs.data() && dscores.dtype() == DType::f32);
+	for (int64_t row = 0; row < n * t; ++row) {
+		const int64_t i = row % t;
+		const float* __restrict p = fp.data() + row * t;
+		const float* dp = fdp.data() + row * t;
+		float* ds = fds.data() + row * t;
+		float dot = 0.0f;
+		for (int64_t j = 0; j <= i; ++j)
+			dot += p[j] * dp[j];
+		for (int64_t j = 0; j <= i; ++j)
+			ds[j] = scale * p[j] * (dp[j] - dot);
+		std::fill(ds + i + 1, ds + t, 0.0f);
+	}
+	fds.store();
+}
+
+void CpuOps::permute_heads(const Tensor& rows, int64_t offset, const Tensor& heads, bool to_heads) const
+{
+	check_permute_heads(rows, offset, heads);
+	const int64_t b = heads.dim(0), h = heads.dim(1), t = heads.dim(2), d = heads.dim(3), w = rows.dim(2);
+	const size_t elem = dtype_size(rows.dtype());
+	auto* r = static_cast<char*>(rows.data());
+	auto* hd = static_cast<char*>(heads.data());
+	// Whole head vectors (D contiguous elements on both sides) move with one copy each.
+	for (int64_t bi = 0; bi < b; ++bi)
+		for (int64_t hi = 0; hi < h; ++hi)
+			for (int64_t ti = 0; ti < t; ++ti) {
+				char* row = r + static_cast<size_t>((bi * t + ti) * w + offset + hi * d) * elem;
+				char* head = hd + static_cast<size_t>(((bi * h + hi) * t + ti) * d) * elem;
+				if (to_heads)
+					std::memcpy(head, row, static_cast<size_t>(d) * elem);
+				else
+					std::memcpy(row, head, static_cast<size_t>(d) * elem);
+			}
+}
+
+} // namespace tower

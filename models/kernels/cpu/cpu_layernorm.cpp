@@ -1,0 +1,82 @@
+// LayerNorm on the CPU: row statistics and normalization forward, and its three gradients.
+#include <cmath>
+
+#include "models/kernels/cpu/cpu_ops.h"
+#include "models/kernels/cpu/f32_copy.h"
+#include "models/kernels/ops_checks.h"
+
+namespace tower {
+
+void CpuOps::layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, const Tensor& y,
+			       const Tensor& mean, const Tensor& rstd) const
+{
+	const int64_t rows = check_layernorm(x, gamma, y, mean, rstd);
+	expect_f32(beta, "layernorm bias");
+	const int64_t c = x.dim(1);
+	const F32Copy fx(x, true), fy(y, false);
+	const float* g = gamma.data_as<float>();
+	const float* b = beta.data_as<float>();
+	for (int64_t r = 0; r < rows; ++r) {
+		const float* __restrict in = fx.data() + r * c;
+		float* __restrict out = fy.data() + r * c;
+		// Two passes (mean, then the centred squares): one pass of x^2 - mean^2 loses the variance
+		// of rows far from zero.
+		float sum = 0.0f;
+		for (int64_t i = 0; i < c; ++i)
+			sum += in[i];
+		const float m = sum / static_cast<float>(c);
+		float squares = 0.0f;
+		for (int64_t i = 0; i < c; ++i)
+			squares += (in[i] - m) * (in[i] - m);
+		const float s = 1.0f / std::sqrt(squares / static_cast<float>(c) + eps);
+		for (int64_t i = 0; i < c; ++i)
+			out[i] = (in[i] - m) * s * g[i] + b[i];
+		mean.data_as<float>()[r] = m;
+		rstd.data_as<float>()[r] = s;
+	}
+	fy.store();
+}
+
+void CpuOps::layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+				const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
+				bool accumulate) const
+{
+	const int64_t rows = check_layernorm(x, gamma, dy, mean, rstd);
+	expect_same_dtype(x, dx, "layernorm backward");
+	expect_same_numel(x, dx, "layernorm backward");
+	expect_f32(dgamma, "layernorm gain gradient");
+	expect_f32(dbeta, "layernorm bias gradient");
+	const int64_t c = x.dim(1);
+	const F32Copy fx(x, true), fdy(dy, true), fdx(dx, false);
+	const float* g = gamma.data_as<float>();
+	float* __restrict dg = dgamma.data_as<float>();
+	float* __restrict db = dbeta.data_as<float>();
+	if (!accumulate)
+		for (int64_t i = 0; i < c; ++i)
+			dg[i] = db[i] = 0.0f;
+	for (int64_t r = 0; r < rows; ++r) {
+		const float* __restrict in = fx.data() + r * c;
+		const float* __restrict d = fdy.data() + r * c;
+		float* __restrict out = fdx.data() + r * c;
+		const float m = mean.data_as<float>()[r], s = rstd.data_as<float>()[r];
+		// With xhat = (x - mean) rstd and dn = dy gamma:
+		// dx = rstd (dn - mean(dn) - xhat mean(dn xhat)).
+		float dn_sum = 0.0f, dn_xhat_sum = 0.0f;
+		for (int64_t i = 0; i < c; ++i) {
+			const float xhat = (in[i] - m) * s;
+			const float dn = d[i] * g[i];
+			dn_sum += dn;
+			dn_xhat_sum += dn * xhat;
+			dg[i] += d[i] * xhat;
+			db[i] += d[i];
+		}
+		const float dn_mean = dn_sum / static_cast<float>(c), dn_xhat_mean = dn_xhat_sum / static_cast<float>(c);
+		for (int64_t i = 0; i < c; ++i) {
+			const float xhat = (in[i] - m) * s;
+			out[i] = s * (d[i] * g[i] - dn_mean - xhat * dn_xhat_mean);
+		}
+	}
+	fdx.store();
+}
+
+} // namespace tower

@@ -1,0 +1,76 @@
+// One pre-LayerNorm transformer block: x + attention(ln1(x)), then that + mlp(ln2(that)).
+#include "models/transformer_block.h"
+
+#include <cmath>
+
+#include "models/init.h"
+#include "models/kernels/ops.h"
+
+namespace tower {
+
+namespace {
+
+constexpr float init_stddev = 0.02f;
+
+Linear normal_linear(const std::string& name, int64_t in, int64_t out, float stddev, uint64_t seed, const Device& device)
+{
+	return Linear(make_normal(name + ".weight", {out, in}, stddev, seed, device),
+		      make_constant(name + ".bias", {out}, 0.0f, device), Activation::none);
+}
+
+} // namespace
+
+TransformerBlock::TransformerBlock(const std::string& prefix, const BlockShape& s, uint64_t seed, const Device& device)
+	: ln1_(prefix + "ln1", s.width, device),
+	  attn_(s.width, s.heads, normal_linear(prefix + "attn.qkv", s.width, 3 * s.width, init_stddev, seed, device),
+		normal_linear(prefix + "attn.proj", s.width, s.width,
+			      init_stddev / std::sqrt(2.0f * static_cast<float>(s.layers)), seed, device)),
+	  ln2_(prefix + "ln2", s.width, device),
+	  fc_(normal_linear(prefix + "mlp.fc", s.width, 4 * s.width, init_stddev, seed, device)),
+	  proj_(normal_linear(prefix + "mlp.proj", 4 * s.width, s.width,
+			      init_stddev / std::sqrt(2.0f * static_cast<float>(s.layers)), seed, device))
+{
+}
+
+std::vector<Parameter*> TransformerBlock::parameters()
+{
+	std::vector<Parameter*> all;
+	for (Parameter* p : ln1_.parameters())
+		all.push_back(p);
+	for (Parameter* p : attn_.parameters())
+		all.push_back(p);
+	for (Parameter* p : ln2_.parameters())
+		all.push_back(p);
+	for (Parameter* p : fc_.parameters())
+		all.push_back(p);
+	for (Parameter* p : proj_.parameters())
+		all.push_back(p);
+	return all;
+}
+
+const Tensor& TransformerBlock::forward(const Tensor& x, int64_t batch)
+{
+	const Ops& ops = ops_for(x.device());
+	// Each residual add goes into the projection's own output, which its backward never reads
+	// (no activation), so the stream costs one pass and no buffer of its own.
+	const Tensor& a = attn_.forward(ln1_.forward(x), batch);
+	ops.accumulate(1.0f, x, a);
+	const Tensor& m = proj_.forward(gelu_.forward(fc_.forward(ln2_.forward(a))));
+	ops.accumulate(1.0f, a, m);
+	return m;
+}
+
+const Tensor& TransformerBlock::backward(const Tensor& dy, const BackwardArgs& args)
+{
+	const Ops& ops = ops_for(dy.device());
+	BackwardArgs inner = args;
+	inner.need_input_grad = true;
+	// d(mid) = dy + the MLP branch's gradient, added into LayerNorm's own dx buffer (likewise below).
+	const Tensor& dmid = ln2_.backward(fc_.backward(gelu_.backward(proj_.backward(dy, inner), inner), inner), inner);
+	ops.accumulate(1.0f, dy, dmid);
+	const Tensor& dx = ln1_.backward(attn_.backward(dmid, inner), inner);
+	ops.accumulate(1.0f, dmid, dx);
+	return dx;
+}
+
+} // namespace tower
