@@ -26,5 +26,6 @@ struct LocalCommand {
 };
 
 LocalCommand add_plot_command(CLI::App& parent);
+LocalCommand add_sample_command(CLI::App& parent);
 
 } // namespace tower::cli

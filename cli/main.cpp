@@ -22,6 +22,7 @@ int main(int argc, char** argv)
 		tower::cli::add_train_command(app),
 	};
 	const tower::cli::LocalCommand plot = tower::cli::add_plot_command(app);
+	const tower::cli::LocalCommand sample = tower::cli::add_sample_command(app);
 	tower::cli::apply_option_style(app);
 
 	try {
@@ -32,6 +33,8 @@ int main(int argc, char** argv)
 
 	if (plot.app->parsed())
 		return plot.run();
+	if (sample.app->parsed())
+		return sample.run();
 	for (const auto& command : commands)
 		if (command.app->parsed())
 			return tower::cli::run_guarded(&argc, &argv, command.run);
