@@ -5,6 +5,7 @@
 
 #include "models/kernels/cpu/cpu_ops.h"
 #include "models/kernels/cpu/f32_copy.h"
+#include "models/kernels/cpu/vector_math.h"
 #include "models/kernels/ops_checks.h"
 
 namespace tower {
@@ -21,11 +22,10 @@ void CpuOps::causal_softmax_forward(const Tensor& scores, float scale, const Ten
 		float top = s[0];
 		for (int64_t j = 1; j <= i; ++j)
 			top = std::max(top, s[j]);
+		exp_shifted_f32(s, top, scale, p, i + 1);
 		float sum = 0.0f;
-		for (int64_t j = 0; j <= i; ++j) {
-			p[j] = std::exp(scale * (s[j] - top));
+		for (int64_t j = 0; j <= i; ++j)
 			sum += p[j];
-		}
 		const float inv = 1.0f / sum;
 		for (int64_t j = 0; j <= i; ++j)
 			p[j] *= inv;

@@ -4,6 +4,7 @@
 
 #include "models/kernels/cpu/cpu_ops.h"
 #include "models/kernels/cpu/f32_copy.h"
+#include "models/kernels/cpu/vector_math.h"
 #include "models/kernels/ops_checks.h"
 
 namespace tower {
@@ -161,35 +162,13 @@ void CpuOps::relu_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) 
 	fdx.store();
 }
 
-namespace {
-
-// GELU's tanh form and its derivative, shared by the two passes.
-constexpr float gelu_k = 0.7978845608028654f; // sqrt(2 / pi)
-constexpr float gelu_c = 0.044715f;
-
-inline float gelu(float x)
-{
-	return 0.5f * x * (1.0f + std::tanh(gelu_k * (x + gelu_c * x * x * x)));
-}
-
-inline float gelu_slope(float x)
-{
-	const float t = std::tanh(gelu_k * (x + gelu_c * x * x * x));
-	return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * gelu_k * (1.0f + 3.0f * gelu_c * x * x);
-}
-
-} // namespace
-
 void CpuOps::gelu_forward(const Tensor& x, const Tensor& y) const
 {
 	expect_float(x, "gelu input");
 	expect_same_dtype(x, y, "gelu");
 	expect_same_numel(x, y, "gelu");
 	const F32Copy fx(x, true), fy(y, false);
-	const float* __restrict xs = fx.data();
-	float* __restrict ys = fy.data();
-	for (int64_t i = 0, n = x.numel(); i < n; ++i)
-		ys[i] = gelu(xs[i]);
+	gelu_f32(fx.data(), fy.data(), x.numel());
 	fy.store();
 }
 
@@ -201,11 +180,7 @@ void CpuOps::gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) 
 	expect_same_numel(x, dy, "gelu backward");
 	expect_same_numel(x, dx, "gelu backward");
 	const F32Copy fx(x, true), fdy(dy, true), fdx(dx, false);
-	const float* __restrict xs = fx.data();
-	const float* __restrict g = fdy.data();
-	float* __restrict out = fdx.data();
-	for (int64_t i = 0, n = x.numel(); i < n; ++i)
-		out[i] = g[i] * gelu_slope(xs[i]);
+	gelu_backward_f32(fx.data(), fdy.data(), fdx.data(), x.numel());
 	fdx.store();
 }
 
