@@ -40,10 +40,11 @@ inline float vector_exp(float x)
 	return p * scale;
 }
 
-// tanh(u) = 1 - 2 / (e^{2|u|} + 1) with u's sign; |u| beyond 9 is +-1 in float.
+// tanh(u) = 1 - 2 / (e^{2|u|} + 1) with u's sign. |u| is capped at 40, where the formula gives
+// exactly +-1 in float (at 9 it would still give 1 - 6e-8, and GELU(-1e30) would be -3e22, not 0).
 inline float vector_tanh(float u)
 {
-	const float a = std::min(std::fabs(u), 9.0f);
+	const float a = std::min(std::fabs(u), 40.0f);
 	return std::copysign(1.0f - 2.0f / (vector_exp(2.0f * a) + 1.0f), u);
 }
 

@@ -1,0 +1,241 @@
+// The transformer's CPU ops against float64 references: batched GEMM, LayerNorm and its gradients,
+// GELU, the causal softmax and its gradient, head permutes, windows and embeddings, and their errors.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "base/error.h"
+#include "models/init.h"
+#include "models/kernels/ops.h"
+#include "test/harness/mpi_main.h"
+
+using namespace tower;
+
+namespace {
+
+using Vec = std::vector<double>;
+
+Tensor random_tensor(const Shape& shape, const char* name, float bound = 1.0f)
+{
+	return Tensor::from_host(seeded_uniform(name, 2, shape_numel(shape), bound), shape, Device{});
+}
+
+Vec values(const Tensor& t)
+{
+	const std::vector<float> f = t.to_host_f32();
+	return {f.begin(), f.end()};
+}
+
+void check_near(const Tensor& got, const Vec& want, double tol, const char* what)
+{
+	const Vec g = values(got);
+	REQUIRE(g.size() == want.size());
+	double worst = 0;
+	for (size_t i = 0; i < g.size(); ++i)
+		worst = std::max(worst, std::abs(g[i] - want[i]) / std::max(1.0, std::abs(want[i])));
+	INFO(what, ": worst error ", worst);
+	CHECK(worst <= tol);
+}
+
+double ref_gelu(double x)
+{
+	return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
+}
+
+} // namespace
+
+TEST_CASE("batched gemm multiplies every item, transposed or not")
+{
+	const Ops& ops = ops_for(Device{});
+	const int64_t batch = 3, m = 4, n = 5, k = 6;
+	for (bool ta : {false, true})
+		for (bool tb : {false, true}) {
+			const Tensor a = random_tensor(ta ? Shape{batch, k, m} : Shape{batch, m, k}, "a");
+			const Tensor b = random_tensor(tb ? Shape{batch, n, k} : Shape{batch, k, n}, "b");
+			Tensor c = random_tensor({batch, m, n}, "c");
+			const Vec va = values(a), vb = values(b), vc = values(c);
+			ops.gemm_batched(ta ? Transpose::yes : Transpose::no, tb ? Transpose::yes : Transpose::no, 0.5f, a, b,
+					 2.0f, c);
+			Vec want(vc.size());
+			for (int64_t i = 0; i < batch; ++i)
+				for (int64_t r = 0; r < m; ++r)
+					for (int64_t col = 0; col < n; ++col) {
+						double s = 0;
+						for (int64_t j = 0; j < k; ++j)
+							s += va[i * m * k + (ta ? j * m + r : r * k + j)] *
+							     vb[i * k * n + (tb ? col * k + j : j * n + col)];
+						const size_t at = static_cast<size_t>(i * m * n + r * n + col);
+						want[at] = 0.5 * s + 2.0 * vc[at];
+					}
+			CAPTURE(ta);
+			CAPTURE(tb);
+			check_near(c, want, 1e-5, "batched gemm");
+		}
+}
+
+TEST_CASE("layernorm forward and its three gradients match float64")
+{
+	const Ops& ops = ops_for(Device{});
+	const int64_t rows = 5, c = 12;
+	// Rows far from zero: a one-pass variance would lose them.
+	Tensor x = random_tensor({rows, c}, "x");
+	std::vector<float> shifted = x.to_host_f32();
+	for (float& v : shifted)
+		v += 100.0f;
+	x = Tensor::from_host(shifted, {rows, c}, Device{});
+	const Tensor gamma = random_tensor({c}, "g"), beta = random_tensor({c}, "b");
+	const Tensor dy = random_tensor({rows, c}, "dy");
+	Tensor y = Tensor::empty({rows, c}, DType::f32, Device{}), mean = Tensor::empty({rows}, DType::f32, Device{}),
+	       rstd = Tensor::empty({rows}, DType::f32, Device{}), dx = Tensor::empty({rows, c}, DType::f32, Device{});
+	Tensor dg = Tensor::from_host(std::vector<float>(c, 1.0f), {c}, Device{});
+	Tensor db = Tensor::from_host(std::vector<float>(c, 1.0f), {c}, Device{});
+	const float eps = 1e-5f;
+	ops.layernorm_forward(x, gamma, beta, eps, y, mean, rstd);
+	ops.layernorm_backward(dy, x, gamma, mean, rstd, dx, dg, db, true); // adds to the ones
+	const Vec vx = values(x), vg = values(gamma), vb = values(beta), vdy = values(dy);
+	Vec want_y(vx.size()), want_dx(vx.size()), want_dg(c, 1.0), want_db(c, 1.0);
+	for (int64_t r = 0; r < rows; ++r) {
+		double m = 0, var = 0;
+		for (int64_t i = 0; i < c; ++i)
+			m += vx[r * c + i] / c;
+		for (int64_t i = 0; i < c; ++i)
+			var += (vx[r * c + i] - m) * (vx[r * c + i] - m) / c;
+		const double s = 1 / std::sqrt(var + eps);
+		double dn_mean = 0, dn_xhat_mean = 0;
+		for (int64_t i = 0; i < c; ++i) {
+			const double xhat = (vx[r * c + i] - m) * s, dn = vdy[r * c + i] * vg[i];
+			want_y[r * c + i] = xhat * vg[i] + vb[i];
+			dn_mean += dn / c;
+			dn_xhat_mean += dn * xhat / c;
+			want_dg[i] += vdy[r * c + i] * xhat;
+			want_db[i] += vdy[r * c + i];
+		}
+		for (int64_t i = 0; i < c; ++i) {
+			const double xhat = (vx[r * c + i] - m) * s;
+			want_dx[r * c + i] = s * (vdy[r * c + i] * vg[i] - dn_mean - xhat * dn_xhat_mean);
+		}
+	}
+	check_near(y, want_y, 2e-4, "layernorm output"); // x near 100 keeps ~1e-5 of its centred value
+	check_near(dx, want_dx, 2e-3, "layernorm dx");
+	check_near(dg, want_dg, 2e-4, "layernorm dgamma");
+	check_near(db, want_db, 1e-6, "layernorm dbeta");
+}
+
+// (Past |x| ~ 1e12, x^3 overflows f32: GELU is still x or 0, but its slope is NaN, as in PyTorch's
+// tanh form; large inputs here stay below that for the slope.)
+TEST_CASE("GELU and its slope match float64 over a wide range, large inputs included")
+{
+	const Ops& ops = ops_for(Device{});
+	std::vector<float> xs;
+	for (int i = -400; i <= 400; ++i)
+		xs.push_back(static_cast<float>(i) / 40.0f);
+	for (float big : {30.0f, -30.0f, 1e4f, -1e4f})
+		xs.push_back(big);
+	const Shape shape = {static_cast<int64_t>(xs.size())};
+	const Tensor x = Tensor::from_host(xs, shape, Device{});
+	const Tensor dy = Tensor::from_host(std::vector<float>(xs.size(), 1.0f), shape, Device{});
+	Tensor y = Tensor::empty(shape, DType::f32, Device{}), dx = Tensor::empty(shape, DType::f32, Device{});
+	ops.gelu_forward(x, y);
+	ops.gelu_backward(x, dy, dx);
+	Vec want_y, want_dx;
+	for (float v : xs) {
+		want_y.push_back(ref_gelu(v));
+		const double h = 1e-4 * std::max(1.0, std::abs(static_cast<double>(v)));
+		want_dx.push_back(std::abs(v) > 100 ? (v > 0 ? 1.0 : 0.0) : (ref_gelu(v + h) - ref_gelu(v - h)) / (2 * h));
+	}
+	check_near(y, want_y, 1e-6, "gelu");
+	check_near(dx, want_dx, 1e-5, "gelu slope");
+	// The forward alone, where x^3 overflows.
+	const Tensor huge = Tensor::from_host({1e30f, -1e30f}, {2}, Device{});
+	Tensor out = Tensor::empty({2}, DType::f32, Device{});
+	ops.gelu_forward(huge, out);
+	check_near(out, {1e30, 0.0}, 1e-6, "gelu of huge inputs");
+}
+
+TEST_CASE("the causal softmax sees only the past, and its gradient matches float64")
+{
+	const Ops& ops = ops_for(Device{});
+	const int64_t n = 2, t = 5;
+	const float scale = 0.5f;
+	const Tensor s = random_tensor({n, t, t}, "s", 4.0f), dp = random_tensor({n, t, t}, "dp");
+	Tensor p = Tensor::empty({n, t, t}, DType::f32, Device{});
+	ops.causal_softmax_forward(s, scale, p);
+	Tensor ds = dp.clone(); // in place, as attention calls it
+	ops.causal_softmax_backward(p, ds, scale, ds);
+	const Vec vs = values(s), vdp = values(dp);
+	Vec want_p(vs.size(), 0.0), want_ds(vs.size(), 0.0);
+	for (int64_t row = 0; row < n * t; ++row) {
+		const int64_t i = row % t;
+		double top = -1e300, sum = 0, dot = 0;
+		for (int64_t j = 0; j <= i; ++j)
+			top = std::max(top, scale * vs[row * t + j]);
+		for (int64_t j = 0; j <= i; ++j)
+			sum += std::exp(scale * vs[row * t + j] - top);
+		for (int64_t j = 0; j <= i; ++j) {
+			want_p[row * t + j] = std::exp(scale * vs[row * t + j] - top) / sum;
+			dot += want_p[row * t + j] * vdp[row * t + j];
+		}
+		for (int64_t j = 0; j <= i; ++j)
+			want_ds[row * t + j] = scale * want_p[row * t + j] * (vdp[row * t + j] - dot);
+	}
+	check_near(p, want_p, 1e-6, "causal softmax");
+	check_near(ds, want_ds, 1e-6, "causal softmax gradient");
+}
+
+TEST_CASE("heads move between [B, T, W] rows and [B, H, T, D] and back")
+{
+	const Ops& ops = ops_for(Device{});
+	const int64_t b = 2, t = 3, h = 2, d = 4, w = 3 * h * d;
+	const Tensor rows = random_tensor({b, t, w}, "rows");
+	Tensor heads = Tensor::empty({b, h, t, d}, DType::f32, Device{});
+	ops.permute_heads(rows, h * d, heads, true); // the keys' columns
+	const Vec vr = values(rows), vh = values(heads);
+	for (int64_t bi = 0; bi < b; ++bi)
+		for (int64_t hi = 0; hi < h; ++hi)
+			for (int64_t ti = 0; ti < t; ++ti)
+				for (int64_t di = 0; di < d; ++di)
+					REQUIRE(vh[((bi * h + hi) * t + ti) * d + di] == vr[(bi * t + ti) * w + h * d + hi * d + di]);
+	Tensor back = Tensor::zeros({b, t, w}, DType::f32, Device{});
+	ops.permute_heads(back, h * d, heads, false);
+	const Vec vb = values(back);
+	for (int64_t i = 0; i < b * t * w; ++i) {
+		const int64_t col = i % w;
+		CHECK(vb[i] == (col >= h * d && col < 2 * h * d ? vr[i] : 0.0));
+	}
+	CHECK_THROWS_AS(ops.permute_heads(rows, 2 * h * d + 1, heads, true), Error);
+}
+
+TEST_CASE("windows split into inputs and targets; embeddings gather and their gradient adds per token")
+{
+	const Ops& ops = ops_for(Device{});
+	const int64_t b = 2, t = 3, vocab = 4, c = 2;
+	Tensor windows = Tensor::empty({b, t + 1}, DType::i32, Device{});
+	const int32_t tokens[] = {1, 3, 1, 0, 2, 2, 3, 1};
+	std::copy(std::begin(tokens), std::end(tokens), windows.data_as<int32_t>());
+	Tensor inputs = Tensor::empty({b * t}, DType::i32, Device{}), targets = Tensor::empty({b * t}, DType::i32, Device{});
+	ops.split_windows(windows, inputs, targets);
+	const std::vector<int32_t> in(inputs.data_as<int32_t>(), inputs.data_as<int32_t>() + b * t),
+		out(targets.data_as<int32_t>(), targets.data_as<int32_t>() + b * t);
+	CHECK(in == std::vector<int32_t>{1, 3, 1, 2, 2, 3});
+	CHECK(out == std::vector<int32_t>{3, 1, 0, 2, 3, 1});
+	const Tensor table = random_tensor({vocab, c}, "table");
+	Tensor x = Tensor::empty({b * t, c}, DType::f32, Device{});
+	ops.embedding_forward(inputs, table, x);
+	const Vec vt = values(table), vx = values(x);
+	for (int64_t i = 0; i < b * t; ++i)
+		for (int64_t j = 0; j < c; ++j)
+			CHECK(vx[i * c + j] == vt[in[i] * c + j]);
+	const Tensor dx = random_tensor({b * t, c}, "dx");
+	Tensor dtable = Tensor::from_host(std::vector<float>(vocab * c, 7.0f), {vocab, c}, Device{});
+	ops.embedding_backward(inputs, dx, dtable, false); // overwrites
+	const Vec vdx = values(dx);
+	Vec want(vocab * c, 0.0);
+	for (int64_t i = 0; i < b * t; ++i)
+		for (int64_t j = 0; j < c; ++j)
+			want[in[i] * c + j] += vdx[i * c + j];
+	check_near(dtable, want, 1e-6, "embedding gradient");
+	inputs.data_as<int32_t>()[4] = vocab; // out of the vocabulary
+	CHECK_THROWS_WITH_AS(ops.embedding_forward(inputs, table, x), doctest::Contains("outside the vocabulary [0, 4)"),
+			     Error);
+}
