@@ -1,12 +1,20 @@
 // The one abort path: print "[rank R] message" and take the whole MPI job down.
 #include "base/fatal.h"
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 
 #include <mpi.h>
 
 namespace tower {
+
+namespace {
+
+constexpr std::chrono::seconds abort_grace{5};
+
+} // namespace
 
 int world_rank_or_unknown()
 {
@@ -25,8 +33,16 @@ void fatal(std::string_view message)
 	std::fprintf(stderr, "[rank %d] %.*s\n", world_rank_or_unknown(), static_cast<int>(message.size()),
 		     message.data());
 	std::fflush(stderr);
-	if (world_rank_or_unknown() >= 0)
+	if (world_rank_or_unknown() >= 0) {
+		// MPI_Abort asks Open MPI's daemons to end the job, and across a network partition that
+		// request can wait minutes on a host nobody reaches. This process ends by itself after a
+		// grace period either way, so the side of a partition that aborted does not linger.
+		std::thread([] {
+			std::this_thread::sleep_for(abort_grace);
+			std::_Exit(1);
+		}).detach();
 		MPI_Abort(MPI_COMM_WORLD, 1);
+	}
 	// Without MPI there is no job to take down; this process is all there is.
 	std::abort();
 }

@@ -233,14 +233,23 @@ void Trainer::Run::train_step(int epoch, int64_t update_in_epoch)
 	StepStats s;
 	if (tower_->is_worker()) {
 		const int64_t first = update_in_epoch * c_.accumulate;
+		// The update's loss is the mean over all its micro-batches (each one's loss is a mean
+		// over equally many samples), and its compute time theirs together.
+		double earlier_loss = 0, earlier_compute_s = 0;
 		for (int64_t m = first; m + 1 < first + c_.accumulate; ++m) {
-			tower_->accumulate(assemble(epoch, m));
+			const auto micro_start = Clock::now();
+			earlier_loss += tower_->accumulate(assemble(epoch, m)).loss;
+			earlier_compute_s += seconds_since(micro_start);
 		}
 		const Batch& batch = assemble(epoch, first + c_.accumulate - 1);
 		// A straggler: lock-step strategies wait for it inside the step.
 		if (topology_.rank() == c_.strategy.inject_delay_rank)
 			std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(c_.strategy.inject_delay_ms));
 		s = tower_->step(batch, lr_);
+		if (c_.accumulate > 1) {
+			s.forward.loss = static_cast<float>((earlier_loss + s.forward.loss) / c_.accumulate);
+			s.compute_s += earlier_compute_s;
+		}
 	} else {
 		s = tower_->step(Batch{}, lr_);
 	}

@@ -61,6 +61,28 @@ if bf16:
     l = [x["loss"] for x in bf16 if x["event"] == "step"]
     expect(l[-1] < l[0] - 0.5, f"bf16 did not train: {l}")
 
+# Accumulating 2 micro-batches of 4 is one batch of 8.
+acc = metrics("acc", 1, *common, "--accumulate", "2", batch=4)
+if one and acc:
+    la, lo = [x["loss"] for x in acc if x["event"] == "step"], [x["loss"] for x in one if x["event"] == "step"]
+    expect(all(close(a, b, 1e-5) for a, b in zip(la, lo)), f"--accumulate 2 {la} != batch 8 {lo}")
+
+# The other options a model meets in tower train: each run trains and ends with a summary.
+timeline = os.path.join(tmp, "trace.json")
+# (fp16 starts its dynamic scale at 2^10: the default 2^64 overflows for the first ~50 steps, skipped.)
+for name, extra in (("fp16-dynamic", ["--precision", "fp16", "--loss-scale", "dynamic", "--loss-scale-init", "10"]),
+                    ("compress", ["--compress", "bf16"]),
+                    ("ema", ["--ema-decay", "0.9", "--eval-every", "1"]),
+                    ("async", ["--strategy", "async"]),
+                    ("sync-replicas", ["--strategy", "sync-replicas"]),
+                    ("timeline", ["--timeline", timeline])):
+    m = metrics(name, 2, "--max-steps", "16", "--log-every", "8", *(["--eval-every", "0"] if name != "ema" else []),
+                *extra, batch=4)
+    if m:
+        l = [x["loss"] for x in m if x["event"] == "step"]
+        expect(m[-1]["event"] == "summary" and l and l[-1] < 5.0, f"{name}: losses {l}")
+expect(os.path.exists(timeline) and os.path.getsize(timeline) > 0, "--timeline wrote no trace")
+
 # Checkpoint at step 12, resume to 24: the same hash as one run of 24 steps.
 ck = os.path.join(tmp, "ck")
 full = metrics("full", 2, "--max-steps", "24", "--eval-every", "0", batch=4)
