@@ -53,6 +53,18 @@ nlohmann::json build_json(const BuildInfo& build)
 	return j;
 }
 
+// Several real hosts: what ends a job on time when one of them drops off the network
+// (docs/launch-and-observe.md, "Partitions").
+void print_partition_advice()
+{
+	fmt::print("\nacross hosts\n"
+		   "  A host that drops off the network: every rank aborts after --stall-abort (default 600 s) and\n"
+		   "  exits 5 s later at most. Under mpirun the job then ends only once Open MPI gives up on that\n"
+		   "  host's daemon: launch with --mca oob_tcp_keepalive_time 5 --mca oob_tcp_keepalive_intvl 2\n"
+		   "  --mca oob_tcp_keepalive_probes 3, and set net.ipv4.tcp_retries2=4 on the host running mpirun\n"
+		   "  (Linux's 15 keeps retransmitting for about 15 minutes). Under srun, Slurm ends the step.\n");
+}
+
 void print_table(const nlohmann::json& ranks, const BuildInfo& build, const Topology& topology)
 {
 	fmt::print("tower {} — {} ranks on {} node(s){}\n\n", build.tower_version, topology.size(),
@@ -75,6 +87,8 @@ void print_table(const nlohmann::json& ranks, const BuildInfo& build, const Topo
 		   build.gpu.device_count == 0 ? fmt::format(" ({})", build.gpu.why_none) : "");
 	fmt::print("  oneDNN         {} ({} kernels, {} thread(s) per rank)\n", onednn_version(), onednn_isa(),
 		   cpu_threads());
+	if (topology.node_count() > 1 && !topology.simulated())
+		print_partition_advice();
 }
 
 int run_info(World& world, const InfoOptions& options)

@@ -72,6 +72,9 @@ with tempfile.TemporaryDirectory(prefix="tower-hosts-test-") as tmp:
         if hostnames != ["host0", "host1"] or len(nodes) != 2:
             fail(f"tower info across 2 hosts sees hostnames {hostnames} and nodes {nodes}: {r.stdout}")
         print(f"info: 3 ranks on {len(nodes)} nodes, hostnames {hostnames}")
+        table = on_cluster("-np", "2", "--map-by", "node", tower, "info")
+        if "net.ipv4.tcp_retries2=4" not in table.stdout:
+            fail(f"tower info across hosts does not say how a partition ends on time: {table.stdout[-1500:]}")
 
         here = subprocess.run([mpirun, "-np", "4", tower, "train", *TRAIN, "--deterministic"], capture_output=True,
                               text=True, timeout=180, env=ENV)
@@ -116,6 +119,43 @@ with tempfile.TemporaryDirectory(prefix="tower-hosts-test-") as tmp:
             fail(f"parameter-server with a host-local checkpoint directory must be refused at start on both ranks: "
                  f"{refused.stdout[-1000:]} {refused.stderr[-1500:]}")
         print("checkpoints: a host-local directory works for replicated and is refused at start for parameter-server")
+
+        # A partition: host1's link goes down mid-run. Every rank aborts after --stall-abort and
+        # exits within its 5 s grace; mpirun ends once TCP gives up on host1's daemon (about 6 s
+        # with the cluster's tcp_retries2=4).
+        stall_abort = 6
+        job = subprocess.Popen([cluster, "mpirun", "-np", "4", "--map-by", "node", "-x", "OMP_NUM_THREADS", tower,
+                                "train", "--max-steps", "100000", "--eval-every", "0", "--hidden", "64", "--depth",
+                                "1", "--batch", "32", "--stall-warn", "3", "--stall-abort", str(stall_abort)],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV,
+                               start_new_session=True)
+        time.sleep(6)
+        subprocess.run([cluster, "cut", "host1"], check=True, env=ENV, timeout=30)
+        cut = time.time()
+        gone = {}
+        while time.time() - cut < 60 and (len(gone) < 2 or job.poll() is None):
+            for host in ("host0", "host1"):
+                pids = subprocess.run(["ip", "netns", "pids", f"twrt-{host}"], capture_output=True,
+                                      text=True).stdout.split()
+                alive = [p for p in pids if os.path.exists(f"/proc/{p}/comm") and
+                         open(f"/proc/{p}/comm").read().strip() == "tower"]
+                if host not in gone and not alive:
+                    gone[host] = time.time() - cut
+            time.sleep(0.25)
+        ended = time.time() - cut if job.poll() is not None else None
+        if ended is None:
+            os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+        subprocess.run([cluster, "mend", "host1"], env=ENV, timeout=30)
+        print(f"partition of host1 (--stall-abort {stall_abort}): ranks on host0 gone after "
+              f"{gone.get('host0', -1):.1f} s, on host1 after {gone.get('host1', -1):.1f} s, mpirun ended after "
+              f"{ended if ended is not None else -1:.1f} s")
+        if any(gone.get(h, 1e9) > stall_abort + 5 + 2 for h in ("host0", "host1")):
+            fail(f"a partitioned side's ranks outlived --stall-abort + the 5 s grace: {gone}")
+        if ended is None or ended > stall_abort + 20:
+            fail(f"mpirun did not end within --stall-abort + 20 s of the partition ({ended})")
+        if job.returncode == 0:
+            fail("a partitioned job ended with exit 0")
 
         # SIGKILL a rank on host1 mid-run: the job must end, not hang.
         job = subprocess.Popen([cluster, "mpirun", "-np", "4", "--map-by", "node", "-x", "OMP_NUM_THREADS", tower,

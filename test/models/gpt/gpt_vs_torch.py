@@ -150,6 +150,8 @@ def main():
     ap.add_argument("--heads", default="4")
     ap.add_argument("--context", default="32")
     ap.add_argument("--batch", default="8")
+    ap.add_argument("--lr", default="1e-3")
+    ap.add_argument("--eval-windows", default="64")
     args = ap.parse_args()
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
@@ -157,7 +159,8 @@ def main():
         steps = args.steps if args.precision == "fp32" else 0
         subprocess.run([args.gpt_dump, "--data", args.corpus, "--out", prefix, "--precision", args.precision,
                         "--layers", args.layers, "--width", args.width, "--heads", args.heads,
-                        "--context", args.context, "--batch", args.batch, "--steps", str(steps)], check=True)
+                        "--context", args.context, "--batch", args.batch, "--steps", str(steps), "--lr", args.lr,
+                        "--eval-windows", args.eval_windows], check=True)
         index, tensors = load(prefix)
     ok = check_gradients(index, tensors, args.precision)
     ok &= check_training(index, tensors)
