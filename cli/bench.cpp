@@ -1,6 +1,8 @@
 // tower bench: nccl-tests-style tables for all-reduce modes and the communicator's collectives.
 #include "cli/bench.h"
 
+#include <algorithm>
+#include <optional>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
@@ -259,6 +261,18 @@ int run_bench(World& world, const BenchOptions& o)
 		o.collective == "allreduce" ? modes_of(o.mode) : std::vector<std::string>{device.is_cuda() ? "nccl" : "mpi"};
 	nlohmann::json out = nlohmann::json::array();
 	size_t total_wrong = 0;
+	// On one host, the shared-memory mode's figures are shown against the memory-copy rate, measured
+	// now (at the largest size, capped at 256 MiB so two buffers fit anywhere the bench runs).
+	std::optional<MemoryBound> bound;
+	const size_t bound_bytes = std::min<size_t>(hi, size_t{256} << 20);
+	if (o.collective == "allreduce" && !device.is_cuda() && topology.node_count() == 1 && !topology.simulated() &&
+	    world.size() > 1) {
+		bound = measure_memory_bound(world.comm(), bound_bytes, o.iters);
+		if (world.rank() == 0)
+			fmt::print("{}\n", describe_memory_bound(*bound, bound_bytes));
+		out.push_back({{"collective", "memcpy"}, {"ranks", world.size()}, {"bytes", bound_bytes},
+			       {"copy_gbps", bound->copy_gbps}, {"bound_busbw_gbps", bound->busbw_gbps}});
+	}
 	for (const std::string& mode : modes) {
 		// --mode all measures what can run here and says why it leaves a mode out; a mode asked
 		// for by name that cannot run is an error (make_all_reduce's).
@@ -291,6 +305,13 @@ int run_bench(World& world, const BenchOptions& o)
 			const auto rows = measure(o, world.comm(), world.rank(), device, coll, count, dtype, c, registered);
 			if (world.rank() == 0)
 				print_rows(rows, o.dtype, o.op);
+			if (world.rank() == 0 && bound && registered != nullptr && bytes * static_cast<size_t>(o.factor) > hi)
+				// In place writes land on lines the rank has just read (no fetch for ownership, which
+				// the copy and the out-of-place run pay): the comparison is the out-of-place run's.
+				fmt::print("# {} at {} bytes out of place: busbw {:.2f} GB/s, {:.0f}% of the copy-rate figure "
+					   "{:.2f}\n",
+					   mode, rows[0].bytes, rows[0].busbw, 100 * rows[0].busbw / bound->busbw_gbps,
+					   bound->busbw_gbps);
 			for (const Row& r : rows) {
 				total_wrong += r.wrong;
 				out.push_back({{"collective", o.collective}, {"mode", mode}, {"deterministic", o.deterministic}, {"dtype", o.dtype}, {"op", o.op},

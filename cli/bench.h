@@ -5,6 +5,8 @@
 #include <optional>
 #include <string>
 
+#include <mpi.h>
+
 #include "base/mpi/world.h"
 
 namespace tower::cli {
@@ -31,6 +33,18 @@ int run_bench_wait(World& world, const BenchOptions& options);
 
 // Collective: microseconds per call of `once` over `iters` calls after a barrier, the slowest rank's.
 double per_call_us(MPI_Comm comm, int iters, const std::function<void()>& once);
+
+// The memory-copy rate of one host and the shared-memory all-reduce busbw it corresponds to
+// (cli/bench_memory.cpp).
+struct MemoryBound {
+	int ranks = 1;
+	double copy_gbps = 0;  // one rank's memcpy rate while every rank copies
+	double busbw_gbps = 0; // the all-reduce busbw at that rate: copy_gbps * 2(n-1)/n
+};
+// Collective: every rank copies `bytes` at once, `iters` times; the slowest rank's rate.
+MemoryBound measure_memory_bound(MPI_Comm comm, size_t bytes, int iters);
+// The rate and its formula, as a '#' line of the bench's table.
+std::string describe_memory_bound(const MemoryBound& bound, size_t bytes);
 
 // "8", "4K", "256M", "1G" -> bytes; throws tower::AgreedError on anything else.
 size_t parse_bytes(const std::string& text);
