@@ -6,6 +6,7 @@
 
 #include "collectives/all_reduce_comm.h"
 #include "collectives/all_reduce_hierarchical.h"
+#include "collectives/all_reduce_hierarchical_uneven.h"
 #include "collectives/all_reduce_naive.h"
 #include "collectives/all_reduce_ordered.h"
 #include "collectives/all_reduce_ring.h"
@@ -62,10 +63,10 @@ namespace {
 
 std::string why_hierarchical_cannot_run(const ReplicaGroup& group, const Device& device)
 {
-	if (!group.uniform_nodes)
-		return "hierarchical all-reduce needs the same number of the group's ranks on every node; choose "
-		       "groups that span nodes evenly, or the ring mode (tower train --allreduce ring, tower bench "
-		       "--mode ring)";
+	if (!group.uniform_nodes && device.is_cuda())
+		return "hierarchical all-reduce on GPUs needs the same number of the group's ranks on every node; "
+		       "choose groups that span nodes evenly, or the ring mode (tower train --allreduce ring, tower "
+		       "bench --mode ring)";
 	if (!device.is_cuda() && !group.node_shares_memory)
 		return "hierarchical all-reduce on the CPU needs each node's ranks to share memory, but a simulated "
 		       "node spans hosts; choose --ranks-per-node that divides the ranks per host";
@@ -81,6 +82,9 @@ std::unique_ptr<AllReduce> make_hierarchical(const ReplicaGroup& group, const De
 		return std::make_unique<CommHierarchicalAllReduce>(make_communicator(group.node.get(), device),
 								   make_communicator(group.cross.get(), device),
 								   make_communicator(group.group.get(), device));
+	// Nodes of different sizes: one leader per node does the node's share (all_reduce_hierarchical_uneven.h).
+	if (!group.uniform_nodes)
+		return std::make_unique<UnevenHierarchicalAllReduce>(group.group.get(), group.node.get(), options);
 	return std::make_unique<HierarchicalAllReduce>(group.node.get(), group.cross.get(), options);
 }
 

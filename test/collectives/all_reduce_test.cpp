@@ -8,6 +8,7 @@
 
 #include "collectives/all_reduce.h"
 #include "collectives/all_reduce_hierarchical.h"
+#include "collectives/all_reduce_hierarchical_uneven.h"
 #include "collectives/bucket_plan.h"
 #include "collectives/pack.h"
 #include "base/error.h"
@@ -206,6 +207,31 @@ TEST_CASE("hierarchical all-reduce on every simulated topology")
 		auto all_reduce = make_all_reduce(topology, Device{}, AllReduceMode::hierarchical, {}, small_chunks());
 		CHECK(wrong_elements(*all_reduce, all_ranks(), world().rank()) == 0);
 	}
+}
+
+// Uneven nodes on one host: ranks 0 .. ceil(n/2)-1 on one node, the rest on another (2 ranks: 1 + 1,
+// 3: 2 + 1, 4: 2 + 2 but through the uneven algorithm all the same), every dtype, op and size.
+TEST_CASE("the hierarchical all-reduce for uneven nodes reduces every dtype and op exactly")
+{
+	const int n = world().size(), first_node = (n + 1) / 2;
+	MPI_Comm node = MPI_COMM_NULL;
+	MPI_Comm_split(world().comm(), world().rank() < first_node ? 0 : 1, world().rank(), &node);
+	const CommHandle node_handle(node);
+	UnevenHierarchicalAllReduce all_reduce(world().comm(), node, small_chunks());
+	CHECK(all_reduce.group_size() == n);
+	CHECK(all_reduce.node_sharding() == nullptr);
+	CHECK(wrong_elements(all_reduce, all_ranks(), world().rank()) == 0);
+	// Whole chunks of the default size, in place and out of place.
+	UnevenHierarchicalAllReduce big(world().comm(), node, AllReduceOptions{});
+	const size_t count = (size_t{3} << 20) / 4 + 5;
+	std::vector<float> data(count), out(count);
+	for (size_t i = 0; i < count; ++i)
+		data[i] = static_cast<float>(test::value_of(world().rank(), i));
+	big.run(data.data(), out.data(), count, DType::f32, ReduceOp::sum);
+	size_t wrong = 0;
+	for (size_t i = 0; i < count; ++i)
+		wrong += out[i] != static_cast<float>(test::reference(all_ranks(), i, ReduceOp::sum, DType::f32));
+	CHECK(wrong == 0);
 }
 
 TEST_CASE("large buffers stream through many default-sized chunks")
