@@ -2,10 +2,12 @@
 """tower across real hosts: scripts/fake-cluster puts 2 hosts in network, UTS and mount namespaces
 of their own on this machine, and mpirun starts a daemon on each over TCP. Checks that tower info
 sees 2 nodes with their own hostnames, that training across the hosts ends on the same replica hash
-as on one host (--deterministic), that 3 ranks on 2 hosts (uneven) train with --allreduce auto and
-bench every mode that can run there with #wrong 0, that the parameter-server strategy trains across
-them, that a host-local checkpoint directory is refused at start where several ranks write into it,
-and that a rank killed with SIGKILL on the other host ends the job. SKIP (77) where namespaces are not
+as on one host (--deterministic), that 3 ranks on 2 hosts (uneven) train with --allreduce auto as
+with ring and bench every mode with #wrong 0, that parameter-server, async and sync-replicas train
+across them, that a shared checkpoint resumes bit for bit with rank 0 moved to the other host, that
+a host-local checkpoint directory is refused at start where several ranks write into it, that a
+network partition ends every rank and mpirun on time, and that a rank killed with SIGKILL on the
+other host ends the job. SKIP (77) where namespaces are not
 permitted, saying why.
 
 Usage: hosts_test.py SOURCE_DIR BUILD_DIR MPIRUN"""
@@ -113,6 +115,32 @@ with tempfile.TemporaryDirectory(prefix="tower-hosts-test-") as tmp:
         if ps.returncode != 0 or final_hash(ps.stdout) is None or "shared memory" in ps.stdout:
             fail(f"parameter-server across 2 hosts (must not use shared memory): {ps.stdout[-1500:]} {ps.stderr[-800:]}")
         print("parameter-server with a dedicated server across 2 hosts: replicas identical")
+
+        # The detached strategies across hosts.
+        for strategy in ("async", "sync-replicas"):
+            d = on_cluster("-np", "4", "--map-by", "node", "-x", "OMP_NUM_THREADS", tower, "train", *TRAIN,
+                           "--strategy", strategy)
+            if d.returncode != 0 or final_hash(d.stdout) is None:
+                fail(f"{strategy} across 2 hosts: {d.stdout[-1500:]} {d.stderr[-800:]}")
+        print("async and sync-replicas across 2 hosts: trained")
+
+        # A checkpoint in a directory both hosts share, resumed with rank 0 moved to the other host:
+        # the run ends on the uninterrupted run's hash.
+        shared = os.path.join(tmp, "shared-ckpt")
+        rankfile = os.path.join(tmp, "rankfile")
+        with open(rankfile, "w") as f:
+            f.write("rank 0=host1 slot=0\nrank 1=host0 slot=0\n")
+        whole = on_cluster("-np", "2", "--map-by", "node", "-x", "OMP_NUM_THREADS", tower, "train", *TRAIN)
+        first = on_cluster("-np", "2", "--map-by", "node", "-x", "OMP_NUM_THREADS", tower, "train", *TRAIN[2:],
+                           "--max-steps", "10", "--checkpoint-dir", shared)
+        moved = on_cluster("-np", "2", "--rankfile", rankfile, "-x", "OMP_NUM_THREADS", tower, "train", *TRAIN,
+                           "--checkpoint-dir", shared, "--resume")
+        if (first.returncode != 0 or moved.returncode != 0 or "resumed from" not in moved.stdout or
+                final_hash(moved.stdout) != final_hash(whole.stdout)):
+            fail(f"resume with rank 0 on host1: {final_hash(moved.stdout)} against {final_hash(whole.stdout)}: "
+                 f"{first.stderr[-800:]} {moved.stdout[-1500:]} {moved.stderr[-800:]}")
+        print(f"checkpoint on a shared directory, resumed with rank 0 moved to host1: hash {final_hash(moved.stdout)}, "
+              f"as without the interruption")
 
         # Checkpoints in a directory each host has of its own (/scratch): replicated saves on rank 0
         # only and runs; parameter-server writes a file per owner and is refused at start.
