@@ -215,5 +215,25 @@ with tempfile.TemporaryDirectory(prefix="tower-hosts-test-") as tmp:
               f"(exit {job.returncode})")
         if job.returncode == 0:
             fail("the job ended with exit 0 after one of its ranks was killed")
+
+        # Three hosts, 5 ranks as 2 + 2 + 1: the topology tower sees, and training on the uneven
+        # hierarchical all-reduce that auto picks, against ring.
+        up3 = subprocess.run([cluster, "up", "3"], capture_output=True, text=True, env=ENV, timeout=60)
+        if up3.returncode != 0:
+            fail(f"fake-cluster up 3: {up3.stdout} {up3.stderr}")
+        r = on_cluster("-np", "5", "--map-by", "node", tower, "info", "--json")
+        ranks = json.loads(r.stdout[r.stdout.index("{"):])["ranks"] if r.returncode == 0 and "{" in r.stdout else []
+        layout = sorted((x["hostname"], x["node"], x["local_rank"]) for x in ranks)
+        want = [("host0", 0, 0), ("host0", 0, 1), ("host1", 1, 0), ("host1", 1, 1), ("host2", 2, 0)]
+        if layout != want:
+            fail(f"tower info on 3 hosts, 5 ranks by node: {layout}, expected {want}: {r.stderr[-800:]}")
+        three = on_cluster("-np", "5", "--map-by", "node", "-x", "OMP_NUM_THREADS", tower, "train", *TRAIN)
+        ring3 = on_cluster("-np", "5", "--map-by", "node", "-x", "OMP_NUM_THREADS", tower, "train", *TRAIN,
+                           "--allreduce", "ring")
+        if (three.returncode != 0 or "hierarchical all-reduce" not in three.stdout or ring3.returncode != 0 or
+                any(abs(a - b) > 1e-4 * abs(b) for a, b in zip(loss(three.stdout), loss(ring3.stdout)))):
+            fail(f"5 ranks on 3 hosts: {loss(three.stdout)} (auto) against {loss(ring3.stdout)} (ring): "
+                 f"{three.stderr[-800:]} {ring3.stderr[-800:]}")
+        print(f"3 hosts, 5 ranks (2+2+1): nodes and local ranks right; auto (hierarchical) trains as ring does")
     finally:
         subprocess.run([cluster, "down"], capture_output=True, env=ENV, timeout=60)
