@@ -164,6 +164,21 @@ void run_plan(GemmPlan& plan, const GemmKey& key, const Tensor& a, const Tensor&
 	fc.store();
 }
 
+// Runs `key` on its plan, made on first use and kept for the process: the plain, batched and
+// into-f32 products share one cache (their keys differ in batch and result type).
+void run_cached(const GemmKey& key, const Tensor& a, const Tensor& b, const Tensor& c)
+{
+	static std::mutex mutex;
+	static std::map<GemmKey, GemmPlan> plans;
+	const std::lock_guard lock(mutex);
+	// Making a primitive may run parallel code too: the thread count is set before that.
+	pin_cpu_threads();
+	auto it = plans.find(key);
+	if (it == plans.end())
+		it = plans.emplace(key, key.result != key.dtype ? plan_gemm_into_f32(key) : plan_gemm(key)).first;
+	run_plan(it->second, key, a, b, c);
+}
+
 } // namespace
 
 void CpuOps::gemm(Transpose ta, Transpose tb, float alpha, const Tensor& a, const Tensor& b, float beta,
@@ -183,15 +198,7 @@ void CpuOps::gemm(Transpose ta, Transpose tb, float alpha, const Tensor& a, cons
 	}
 	const GemmKey key{d.m,		      d.n, d.k, a.dim(1), b.dim(1), c.dim(1), ta == Transpose::yes,
 			  tb == Transpose::yes, a.dtype(), alpha, beta, a.dtype()};
-	static std::mutex mutex;
-	static std::map<GemmKey, GemmPlan> plans;
-	const std::lock_guard lock(mutex);
-	// Making a primitive may run parallel code too: the thread count is set before that.
-	pin_cpu_threads();
-	auto it = plans.find(key);
-	if (it == plans.end())
-		it = plans.emplace(key, plan_gemm(key)).first;
-	run_plan(it->second, key, a, b, c);
+	run_cached(key, a, b, c);
 }
 
 void CpuOps::gemm_batched(Transpose ta, Transpose tb, float alpha, const Tensor& a, const Tensor& b, float beta,
@@ -206,14 +213,7 @@ void CpuOps::gemm_batched(Transpose ta, Transpose tb, float alpha, const Tensor&
 	GemmKey key{d.m,		      d.n, d.k, a.dim(2), b.dim(2), c.dim(2), ta == Transpose::yes,
 		    tb == Transpose::yes, a.dtype(), alpha, beta, a.dtype()};
 	key.batch = d.batch;
-	static std::mutex mutex;
-	static std::map<GemmKey, GemmPlan> plans;
-	const std::lock_guard lock(mutex);
-	pin_cpu_threads();
-	auto it = plans.find(key);
-	if (it == plans.end())
-		it = plans.emplace(key, plan_gemm(key)).first;
-	run_plan(it->second, key, a, b, c);
+	run_cached(key, a, b, c);
 }
 
 bool CpuOps::gemm_into_f32(Transpose ta, Transpose tb, float alpha, const Tensor& a, const Tensor& b, float beta,
@@ -231,14 +231,7 @@ bool CpuOps::gemm_into_f32(Transpose ta, Transpose tb, float alpha, const Tensor
 		return false;
 	const GemmKey key{d.m,		      d.n, d.k, a.dim(1), b.dim(1), c.dim(1), ta == Transpose::yes,
 			  tb == Transpose::yes, a.dtype(), alpha, beta, DType::f32};
-	static std::mutex mutex;
-	static std::map<GemmKey, GemmPlan> plans;
-	const std::lock_guard lock(mutex);
-	pin_cpu_threads();
-	auto it = plans.find(key);
-	if (it == plans.end())
-		it = plans.emplace(key, plan_gemm_into_f32(key)).first;
-	run_plan(it->second, key, a, b, c);
+	run_cached(key, a, b, c);
 	return true;
 }
 

@@ -7,22 +7,8 @@ namespace tower::cuda {
 
 namespace {
 
-constexpr int warp = 32;
+constexpr int warp = warp_lanes;
 constexpr int rows_per_block = block_threads / warp;
-
-__device__ inline float warp_sum(float v)
-{
-	for (int offset = warp / 2; offset > 0; offset /= 2)
-		v += __shfl_xor_sync(0xffffffffu, v, offset);
-	return v;
-}
-
-__device__ inline float warp_max(float v)
-{
-	for (int offset = warp / 2; offset > 0; offset /= 2)
-		v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
-	return v;
-}
 
 template <typename T>
 __global__ void causal_softmax_kernel(const T* scores, float scale, T* probs, int64_t rows, int64_t t)

@@ -32,6 +32,23 @@ template <> __device__ inline float from_f32<float>(float v) { return v; }
 template <> __device__ inline __half from_f32<__half>(float v) { return __float2half_rn(v); }
 template <> __device__ inline __nv_bfloat16 from_f32<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
 
+// Warp-wide reductions: every lane of a full warp gets the sum (or the maximum) of all lanes' v.
+constexpr int warp_lanes = 32;
+
+__device__ inline float warp_sum(float v)
+{
+	for (int offset = warp_lanes / 2; offset > 0; offset /= 2)
+		v += __shfl_xor_sync(0xffffffffu, v, offset);
+	return v;
+}
+
+__device__ inline float warp_max(float v)
+{
+	for (int offset = warp_lanes / 2; offset > 0; offset /= 2)
+		v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+	return v;
+}
+
 // Calls f(T{}) with T the CUDA type of a compute dtype, so a launcher picks its kernel
 // instantiation at run time.
 template <typename F> void with_float_type(DType dtype, F&& f)

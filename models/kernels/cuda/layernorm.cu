@@ -7,15 +7,8 @@ namespace tower::cuda {
 
 namespace {
 
-constexpr int warp = 32;
+constexpr int warp = warp_lanes;
 constexpr int rows_per_block = block_threads / warp;
-
-__device__ inline float warp_sum(float v)
-{
-	for (int offset = warp / 2; offset > 0; offset /= 2)
-		v += __shfl_xor_sync(0xffffffffu, v, offset);
-	return v;
-}
 
 template <typename T>
 __global__ void layernorm_forward_kernel(const T* x, const float* gamma, const float* beta, float eps, T* y,
