@@ -7,11 +7,15 @@ namespace tower::cli {
 
 namespace {
 
-// The one list of options a resumed run may change: how long it runs, where files are and
-// what it logs. Everything else changes the computation and must match.
+// The one list of options a resumed run may change: how long it runs, where files are, what it
+// logs, and how the ranks share the work (a checkpoint holds every variable by its place in the
+// whole, so any strategy at any world size can load it). Everything else changes what is
+// computed and must match.
 const char* const may_change_on_resume[] = {
 	"--epochs", "--max-steps", "--data", "--metrics", "--log-every", "--eval-every", "--check-every",
 	"--checkpoint-dir", "--checkpoint-every", "--keep-checkpoints", "--resume", "--device",
+	"--strategy", "--ps-ranks", "--allreduce", "--fusion-mb", "--overlap", "--shard-update",
+	"--ranks-per-node", "--deterministic",
 };
 
 // A float as the shortest decimal that reads back as it, so differences print as typed.

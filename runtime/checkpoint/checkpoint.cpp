@@ -20,6 +20,7 @@
 #include "base/watchdog/watched_wait.h"
 #include "runtime/checkpoint/checkpoint_file.h"
 #include "runtime/checkpoint/durable_file.h"
+#include "runtime/checkpoint/variable_pieces.h"
 #include "base/mpi/scalars.h"
 
 namespace tower {
@@ -126,13 +127,34 @@ nlohmann::json verify_checkpoint(const std::string& step_dir)
 	nlohmann::json manifest = read_checkpoint_file(manifest_path).metadata();
 	if (manifest.value("kind", "") != "manifest")
 		throw CheckpointError(fmt::format("{}: not a manifest", manifest_path));
+	nlohmann::json index = nlohmann::json::array();
 	for (const auto& f : manifest.at("files")) {
-		const std::string path = (fs::path(step_dir) / f.at("file").get<std::string>()).string();
+		const std::string name = f.at("file").get<std::string>();
+		const std::string path = (fs::path(step_dir) / name).string();
 		const CheckpointFile file = read_checkpoint_file(path);
 		if (file.header().file_bytes != f.at("bytes").get<uint64_t>() ||
 		    file.metadata().value("step", int64_t{-1}) != manifest.at("step").get<int64_t>())
 			throw CheckpointError(fmt::format("{}: not the file the manifest lists (size or step differ)", path));
+		try {
+			for (const auto& j : file.metadata().at("pieces")) {
+				VariablePiece piece = VariablePiece::from_json(j);
+				const CheckpointEntry* entry = file.find(piece.entry);
+				if (entry == nullptr || entry->dtype != piece.dtype ||
+				    shape_numel(entry->shape) != piece.count)
+					throw CheckpointError(fmt::format("its index lists '{}', which it does not hold as listed",
+									  piece.entry));
+				piece.file = name;
+				index.push_back(piece.to_json());
+			}
+		} catch (const nlohmann::json::exception& e) {
+			throw CheckpointError(fmt::format("{}: its index of pieces is malformed: {}", path, e.what()));
+		} catch (const CheckpointError& e) {
+			throw CheckpointError(fmt::format("{}: {}", path, e.what()));
+		} catch (const Error& e) {
+			throw CheckpointError(fmt::format("{}: its index of pieces is wrong: {}", path, e.what()));
+		}
 	}
+	manifest["index"] = index;
 	return manifest;
 }
 
@@ -247,11 +269,14 @@ double Checkpointer::save(const TrainingPosition& position)
 		// A host copy is all training waits for; the checksums and the file are made beside the
 		// next steps.
 		std::vector<NamedTensor> copies;
+		nlohmann::json pieces = nlohmann::json::array();
 		for (const auto& v : variables()) {
 			copies.push_back({v.name, Tensor::empty(v.tensor.shape(), v.tensor.dtype(), Device{})});
 			copies.back().tensor.copy_from(v.tensor);
+			pieces.push_back(piece_of(v, whole_shape()).to_json());
 		}
-		const nlohmann::json metadata = {{"kind", "variables"}, {"rank", rank}, {"step", position.step}};
+		const nlohmann::json metadata = {
+			{"kind", "variables"}, {"rank", rank}, {"step", position.step}, {"pieces", pieces}};
 		const std::string path = (fs::path(p->step_dir) / rank_file_name(rank)).string();
 		Pending* raw = p.get();
 		p->writer = std::thread([raw, copies = std::move(copies), metadata, path] {
@@ -427,34 +452,55 @@ std::vector<NamedTensor> Checkpointer::variables() const
 	return all;
 }
 
-void Checkpointer::load_variables(const std::string& step_dir)
+WholeShapeFn Checkpointer::whole_shape() const
 {
-	// At another world size only replicated state resumes, and rank 0 holds all of it.
-	const int rank = topology_.rank();
-	const std::string path = (fs::path(step_dir) / rank_file_name(rank)).string();
-	const CheckpointFile file = read_checkpoint_file(path);
+	// A variable's whole shape is its parameter's: "fc2.weight", its state "fc2.weight/momentum",
+	// its average "fc2.weight/ema", each under "<optimizer>/" for a named optimizer. Counters
+	// (steps, the loss scale) are no parameter's and are always saved whole.
+	return [this](const std::string& variable) {
+		Shape best;
+		size_t best_length = 0;
+		for (const DistributedOptimizer* o : optimizers_) {
+			const std::string prefix = o->name().empty() ? std::string() : o->name() + "/";
+			if (variable.rfind(prefix, 0) != 0)
+				continue;
+			const std::string rest = variable.substr(prefix.size());
+			for (const Parameter* p : o->parameters())
+				if ((rest == p->name || rest.rfind(p->name + "/", 0) == 0) && p->name.size() >= best_length) {
+					best = p->value.shape();
+					best_length = p->name.size();
+				}
+		}
+		return best;
+	};
+}
+
+void Checkpointer::load_variables(const std::string& step_dir, const nlohmann::json& index)
+{
+	// Each variable this rank holds, whole or a slice, is assembled from whichever files hold its
+	// elements: the checkpoint may come from another number of owners or another strategy.
+	std::vector<VariablePiece> saved;
+	for (const auto& j : index)
+		saved.push_back(VariablePiece::from_json(j));
+	std::map<std::string, CheckpointFile> files;
+	auto read = [&](const VariablePiece& p) {
+		auto it = files.find(p.file);
+		if (it == files.end())
+			it = files.emplace(p.file, read_checkpoint_file((fs::path(step_dir) / p.file).string())).first;
+		return it->second.tensor(*it->second.find(p.entry));
+	};
 	std::vector<std::string> wrong;
-	size_t matched = 0;
 	for (auto& v : variables()) {
-		const CheckpointEntry* e = file.find(v.name);
-		if (e == nullptr) {
-			wrong.push_back(fmt::format("'{}' is missing", v.name));
-			continue;
+		try {
+			fill_from_pieces(piece_of(v, whole_shape()), v.tensor, saved, read);
+		} catch (const CheckpointError&) {
+			throw;
+		} catch (const Error& e) {
+			wrong.push_back(e.what());
 		}
-		if (e->dtype != v.tensor.dtype() || e->shape != v.tensor.shape()) {
-			wrong.push_back(fmt::format("'{}' is {} {} in the file but {} {} here", v.name, dtype_name(e->dtype),
-						    shape_text(e->shape), dtype_name(v.tensor.dtype()),
-						    shape_text(v.tensor.shape())));
-			continue;
-		}
-		v.tensor.copy_from(file.tensor(*e));
-		++matched;
 	}
-	if (matched != file.header().entries.size() && wrong.empty())
-		wrong.push_back(fmt::format("it holds {} tensors but this rank has {} to restore",
-					    file.header().entries.size(), matched));
 	if (!wrong.empty())
-		throw Error(fmt::format("{} does not fit this run's variables: {}", path, fmt::join(wrong, "; ")));
+		throw Error(fmt::format("{} does not fit this run's variables: {}", step_dir, fmt::join(wrong, "; ")));
 }
 
 std::optional<TrainingPosition> Checkpointer::restore(int64_t samples_per_update)
@@ -475,23 +521,15 @@ std::optional<TrainingPosition> Checkpointer::restore(int64_t samples_per_update
 		throw AgreedError(fmt::format("--resume {}: the options differ from the checkpoint's ({}); run with the "
 					      "checkpoint's options (only those listed in docs/checkpoints.md may change)",
 					      step_dir, fmt::join(differences, "; ")));
-	if (manifest.at("strategy").get<std::string>() != strategy_name_)
-		throw AgreedError(fmt::format("--resume {}: written by the {} strategy, this run uses {}", step_dir,
-					      manifest.at("strategy").get<std::string>(), strategy_name_));
+	const std::string saved_strategy = manifest.at("strategy").get<std::string>();
 	const int saved_world = manifest.at("world_size").get<int>();
-	if (saved_world != topology_.size()) {
-		if (strategy_name_ != "replicated")
-			throw AgreedError(fmt::format("--resume {}: written by {} ranks, this job has {}; the {} strategy "
-						      "splits its state by rank and resumes at the same world size only "
-						      "(replicated state can resume at another)",
-						      step_dir, saved_world, topology_.size(), strategy_name_));
-		say_(fmt::format("resuming {} ranks' checkpoint on {} ranks: the replicated state carries over, the "
-				 "data order from here on differs from a run at {} ranks",
-				 saved_world, topology_.size(), saved_world));
-	}
+	if (saved_world != topology_.size() || saved_strategy != strategy_name_)
+		say_(fmt::format("resuming a checkpoint of {} ranks ({}) on {} ranks ({}): each variable is cut anew "
+				 "from the saved pieces; the data order from here on is that of a run at this size",
+				 saved_world, saved_strategy, topology_.size(), strategy_name_));
 	problem.clear();
 	if (saves_variables())
-		problem = problem_of([&] { load_variables(step_dir); });
+		problem = problem_of([&] { load_variables(step_dir, manifest.at("index")); });
 	agree(world, problem);
 	for (DistributedOptimizer* o : optimizers_)
 		o->variables_restored();

@@ -76,9 +76,10 @@ public:
 
 	// Collective, when the config asks to resume: loads the latest valid checkpoint into the
 	// optimizers (a corrupt one gives a warning naming the file and the previous one is tried) and
-	// returns where to continue. Throws tower::AgreedError on every rank when no checkpoint is
-	// valid, when options differ, or when the world size differs for a strategy that cannot
-	// change it. nullopt when not resuming.
+	// returns where to continue. Any world size and any strategy that checkpoints can load it:
+	// each saving rank assembles its variables from the saved pieces that cover them. Throws
+	// tower::AgreedError on every rank when no checkpoint is valid or when options differ.
+	// nullopt when not resuming.
 	std::optional<TrainingPosition> restore(int64_t samples_per_update);
 
 private:
@@ -86,7 +87,8 @@ private:
 
 	std::vector<std::string> candidates() const;
 	std::string choose(std::string* manifest_text) const;
-	void load_variables(const std::string& step_dir);
+	void load_variables(const std::string& step_dir, const nlohmann::json& index);
+	std::function<Shape(const std::string&)> whole_shape() const;
 	bool saves_variables() const;
 	void check_directory_shared() const;
 	std::vector<NamedTensor> variables() const;

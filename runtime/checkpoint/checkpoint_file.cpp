@@ -162,8 +162,12 @@ CheckpointHeader parse_checkpoint_header(std::span<const std::byte> bytes)
 	CheckpointHeader h;
 	h.version = fixed.get<uint32_t>("the version");
 	if (h.version != checkpoint_version)
-		throw CheckpointError(fmt::format("format version {}; this tower reads version {}", h.version,
-						  checkpoint_version));
+		throw CheckpointError(fmt::format(
+			"format version {}; this tower reads version {}{}", h.version, checkpoint_version,
+			h.version < checkpoint_version
+				? " (version 1 files have no index of their tensors' places in the whole variables: finish "
+				  "that run with the tower that wrote it, or start it over)"
+				: " (written by a newer tower)"));
 	const auto count = fixed.get<uint32_t>("the tensor count");
 	h.header_bytes = fixed.get<uint64_t>("the header size");
 	const auto metadata_bytes = fixed.get<uint64_t>("the metadata size");

@@ -38,7 +38,9 @@ struct CheckpointHeader {
 	std::vector<CheckpointEntry> entries;
 };
 
-inline constexpr uint32_t checkpoint_version = 1;
+// 2: every rank's file says where each of its tensors sits in its whole variable ("pieces" in
+// its metadata), so a checkpoint loads at another world size or under another strategy.
+inline constexpr uint32_t checkpoint_version = 2;
 
 // Parses and checks a file's header from its first bytes (at least header_bytes of them; the
 // whole file will do): magic, version, the header's CRC, the metadata and every directory

@@ -7,6 +7,7 @@
 
 #include "base/error.h"
 #include "runtime/checkpoint/checkpoint_file.h"
+#include "runtime/checkpoint/variable_pieces.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size)
 {
@@ -25,7 +26,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size)
 		for (const tower::CheckpointEntry& e : file.header().entries)
 			if (file.tensor(e).bytes() != e.bytes)
 				std::abort();
+		// The index of pieces a resume assembles variables from: an accepted piece lies inside
+		// its variable.
+		if (file.metadata().contains("pieces") && file.metadata()["pieces"].is_array())
+			for (const auto& j : file.metadata()["pieces"]) {
+				const tower::VariablePiece p = tower::VariablePiece::from_json(j);
+				if (p.offset < 0 || p.count < 0 || p.offset + p.count > tower::shape_numel(p.whole))
+					std::abort();
+			}
 	} catch (const tower::Error&) {
+	} catch (const nlohmann::json::exception&) {
 	}
 	return 0;
 }

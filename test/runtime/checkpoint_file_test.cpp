@@ -90,8 +90,12 @@ TEST_CASE("checkpoint file: bad magic is rejected")
 TEST_CASE("checkpoint file: another version is rejected")
 {
 	auto bytes = sample_file();
-	bytes[8] = std::byte{2};
-	CHECK(problem_reading(bytes).find("format version 2") != std::string::npos);
+	bytes[8] = std::byte{3};
+	CHECK(problem_reading(bytes).find("format version 3") != std::string::npos);
+	CHECK(problem_reading(bytes).find("newer tower") != std::string::npos);
+	bytes[8] = std::byte{1}; // before each tensor's place in its variable was recorded
+	CHECK(problem_reading(bytes).find("format version 1; this tower reads version 2") != std::string::npos);
+	CHECK(problem_reading(bytes).find("start it over") != std::string::npos);
 }
 
 TEST_CASE("checkpoint file: a changed header byte fails the header CRC")

@@ -1,0 +1,108 @@
+// Where each tensor of a checkpoint sits in the whole variable it belongs to (variable_pieces.h).
+#include "runtime/checkpoint/variable_pieces.h"
+
+#include <algorithm>
+#include <cstring>
+#include <regex>
+
+#include <fmt/format.h>
+
+#include "base/error.h"
+
+namespace tower {
+
+nlohmann::json VariablePiece::to_json() const
+{
+	return {{"entry", entry}, {"variable", variable}, {"offset", offset}, {"count", count},
+		{"whole", whole},  {"dtype", dtype_name(dtype)}, {"file", file}};
+}
+
+VariablePiece VariablePiece::from_json(const nlohmann::json& j)
+{
+	VariablePiece p;
+	p.entry = j.at("entry").get<std::string>();
+	p.variable = j.at("variable").get<std::string>();
+	p.offset = j.at("offset").get<int64_t>();
+	p.count = j.at("count").get<int64_t>();
+	p.whole = j.at("whole").get<Shape>();
+	p.dtype = parse_dtype(j.at("dtype").get<std::string>());
+	p.file = j.value("file", "");
+	// Each dimension and the product bounded, so a corrupt index cannot overflow the arithmetic.
+	bool dims_sane = p.whole.size() <= 8;
+	int64_t elements = 1;
+	for (int64_t d : p.whole) {
+		dims_sane = dims_sane && d >= 0 && (d == 0 || elements <= (int64_t{1} << 50) / d);
+		if (dims_sane)
+			elements *= d;
+	}
+	if (!dims_sane || p.offset < 0 || p.count < 0 || p.offset > shape_numel(p.whole) ||
+	    p.count > shape_numel(p.whole) - p.offset)
+		throw Error(fmt::format("piece '{}': elements [{}, {}) do not fit its variable's shape {}", p.entry, p.offset,
+					p.offset + p.count, shape_text(p.whole)));
+	return p;
+}
+
+VariablePiece piece_of(const NamedTensor& tensor, const WholeShapeFn& whole_shape)
+{
+	// "NAME[BEGIN:END]" or "NAME[BEGIN:END]/SUFFIX", as placement.cpp cuts them.
+	static const std::regex slice(R"(^(.*)\[([0-9]+):([0-9]+)\](/.*)?$)");
+	VariablePiece p;
+	p.entry = tensor.name;
+	p.variable = tensor.name;
+	p.count = tensor.tensor.numel();
+	p.dtype = tensor.tensor.dtype();
+	std::smatch m;
+	if (std::regex_match(tensor.name, m, slice)) {
+		p.variable = m[1].str() + m[4].str();
+		p.offset = std::stoll(m[2].str());
+		if (std::stoll(m[3].str()) - p.offset != p.count)
+			throw Error(fmt::format("'{}' names {} elements but holds {}", tensor.name,
+						std::stoll(m[3].str()) - p.offset, p.count));
+	}
+	p.whole = whole_shape ? whole_shape(p.variable) : Shape{};
+	if (p.whole.empty() || (p.offset == 0 && shape_numel(p.whole) != p.count && p.variable == p.entry))
+		p.whole = tensor.tensor.shape();
+	if (p.offset + p.count > shape_numel(p.whole))
+		throw Error(fmt::format("'{}' reaches element {} of a variable of shape {}", tensor.name, p.offset + p.count,
+					shape_text(p.whole)));
+	return p;
+}
+
+void fill_from_pieces(const VariablePiece& target, Tensor& destination, const std::vector<VariablePiece>& saved,
+		      const std::function<Tensor(const VariablePiece&)>& read)
+{
+	std::vector<const VariablePiece*> mine;
+	for (const VariablePiece& p : saved)
+		if (p.variable == target.variable)
+			mine.push_back(&p);
+	if (mine.empty())
+		throw Error(fmt::format("'{}' is not in the checkpoint", target.variable));
+	const size_t element = dtype_size(target.dtype);
+	Tensor host = Tensor::empty(destination.shape(), destination.dtype(), Device{});
+	auto* out = static_cast<std::byte*>(host.data());
+	const int64_t end = target.offset + target.count;
+	for (int64_t at = target.offset; at < end;) {
+		// The first saved piece holding element `at` (several owners save the same whole
+		// counters; the first file's copy is taken).
+		const auto found = std::find_if(mine.begin(), mine.end(), [&](const VariablePiece* p) {
+			return p->offset <= at && at < p->offset + p->count;
+		});
+		if (found == mine.end())
+			throw Error(fmt::format("elements [{}, {}) of '{}' are in no file of the checkpoint", at, end,
+						target.variable));
+		const VariablePiece& p = **found;
+		if (p.dtype != target.dtype || p.whole != target.whole)
+			throw Error(fmt::format("'{}' is {} {} in the checkpoint but {} {} here", target.variable,
+						dtype_name(p.dtype), shape_text(p.whole), dtype_name(target.dtype),
+						shape_text(target.whole)));
+		const int64_t stop = std::min(end, p.offset + p.count);
+		const Tensor bytes = read(p);
+		std::memcpy(out + (at - target.offset) * element,
+			    static_cast<const std::byte*>(bytes.data()) + (at - p.offset) * element,
+			    static_cast<size_t>(stop - at) * element);
+		at = stop;
+	}
+	destination.copy_from(host);
+}
+
+} // namespace tower
