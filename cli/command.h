@@ -27,5 +27,6 @@ struct LocalCommand {
 
 LocalCommand add_plot_command(CLI::App& parent);
 LocalCommand add_sample_command(CLI::App& parent);
+LocalCommand add_elastic_command(CLI::App& parent);
 
 } // namespace tower::cli

@@ -23,6 +23,7 @@ int main(int argc, char** argv)
 	};
 	const tower::cli::LocalCommand plot = tower::cli::add_plot_command(app);
 	const tower::cli::LocalCommand sample = tower::cli::add_sample_command(app);
+	const tower::cli::LocalCommand elastic = tower::cli::add_elastic_command(app);
 	tower::cli::apply_option_style(app);
 
 	try {
@@ -35,6 +36,8 @@ int main(int argc, char** argv)
 		return plot.run();
 	if (sample.app->parsed())
 		return sample.run();
+	if (elastic.app->parsed())
+		return elastic.run();
 	for (const auto& command : commands)
 		if (command.app->parsed())
 			return tower::cli::run_guarded(&argc, &argv, command.run);

@@ -1,6 +1,8 @@
 // Turns `tower train`'s parsed flags into the library's trainer configuration.
 #include "cli/train_options.h"
 
+#include <cstdlib>
+
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -214,6 +216,12 @@ TrainerConfig trainer_config(const TrainConfig& c, const Topology& topology, con
 	t.checkpoint.resume = c.resume;
 	t.checkpoint.resume_path = c.resume_path;
 	t.checkpoint.identity = run_identity(c);
+	if (const char* generation = std::getenv("TOWER_ELASTIC_GENERATION")) {
+		t.elastic_lines = true;
+		const char* history = std::getenv("TOWER_ELASTIC_HISTORY");
+		t.elastic_history = {{"generation", std::atoi(generation)},
+				     {"earlier", nlohmann::json::parse(history ? history : "[]", nullptr, false)}};
+	}
 	t.labels = {{"model", c.model.name},
 		    {"precision", c.precision},
 		    {"compress", c.compress},

@@ -164,6 +164,8 @@ private:
 	nlohmann::json run_detached(DetachedStrategy& detached);
 	void log_detached_window(const nlohmann::json& window);
 	void record(const StepStats& s, double took);
+	// A line for the elastic launcher (rank 0, under one only).
+	void elastic_line(const std::string& what) const;
 	void log_window();
 	void evaluate(int epoch);
 	nlohmann::json finish();
@@ -194,6 +196,7 @@ private:
 	float lr_ = 0;
 	Window window_;
 	double train_s_ = 0, compute_s_ = 0, allreduce_s_ = 0;
+	double resumed_train_s_ = 0; // train_s_ of the checkpoint this run resumed from
 	int64_t skipped_ = 0;
 	size_t peak_memory_ = 0;
 	Evaluation last_eval_;
@@ -218,9 +221,6 @@ Trainer::Run::Run(const Topology& topology, const Device& device, Model& model, 
 	if ((checkpointer_.saving() || c.checkpoint.resume) && !c.strategy.replicated.groups.empty())
 		throw AgreedError("--groups: each replica group holds its own parameters and a checkpoint saves rank 0's "
 				  "replica only; drop --groups or the checkpoint options");
-	const std::string why_not = tower_->optimizer().strategy().why_no_checkpoints();
-	if ((checkpointer_.saving() || c.checkpoint.resume) && !why_not.empty())
-		throw AgreedError(why_not);
 }
 
 void Trainer::Run::train_step(int epoch, int64_t update_in_epoch)
@@ -280,6 +280,11 @@ void Trainer::Run::save_checkpoint()
 	p.update_in_epoch = next_update_;
 	p.samples_per_update = samples_per_step();
 	p.skipped = skipped_;
+	p.train_s = train_s_;
+	p.compute_s = compute_s_;
+	p.allreduce_s = allreduce_s_;
+	p.checkpoint_pause_s = checkpoint_s_;
+	p.checkpoints = checkpoints_;
 	const double took = checkpointer_.save(p);
 	saved_step_ = step_;
 	checkpoint_s_ += took;
@@ -294,13 +299,28 @@ void Trainer::Run::save_checkpoint()
 void Trainer::Run::resume(int64_t* first_update)
 {
 	const auto p = checkpointer_.restore(samples_per_step());
-	if (!p)
+	if (!p) {
+		elastic_line("started");
 		return;
+	}
+	elastic_line(fmt::format("resumed {}", p->step));
 	step_ = p->step;
-	epoch_ = static_cast<int>(p->epoch);
-	*first_update = p->update_in_epoch;
-	next_epoch_ = p->epoch;
-	next_update_ = p->update_in_epoch;
+	// The counters carry on from the checkpoint, so the summary covers the whole run (less the
+	// steps a failure lost after it).
+	train_s_ = p->train_s;
+	resumed_train_s_ = p->train_s;
+	compute_s_ = p->compute_s;
+	allreduce_s_ = p->allreduce_s;
+	checkpoint_s_ = p->checkpoint_pause_s;
+	checkpoints_ = p->checkpoints;
+	// A checkpoint of the detached strategies counts its walk in updates of epoch 0, and one of
+	// another size may land past an epoch's end: whole epochs first.
+	const int64_t per_epoch = updates_per_epoch(c_, sampler_.steps_per_epoch());
+	const int64_t epoch = p->epoch + p->update_in_epoch / per_epoch, update = p->update_in_epoch % per_epoch;
+	epoch_ = static_cast<int>(epoch);
+	*first_update = update;
+	next_epoch_ = epoch;
+	next_update_ = update;
 	skipped_ = p->skipped;
 	saved_step_ = step_;
 	resumed_step_ = step_;
@@ -312,9 +332,18 @@ const Batch& Trainer::Run::assemble(int epoch, int64_t micro_step)
 	return batcher_.assemble(sampler_.shard(epoch, micro_step));
 }
 
+void Trainer::Run::elastic_line(const std::string& what) const
+{
+	if (!c_.elastic_lines || topology_.rank() != 0)
+		return;
+	std::fprintf(stdout, "tower-elastic: %s\n", what.c_str());
+	std::fflush(stdout);
+}
+
 void Trainer::Run::record(const StepStats& s, double took)
 {
 	++step_;
+	elastic_line(fmt::format("step {}", step_));
 	train_s_ += took;
 	compute_s_ += s.compute_s;
 	allreduce_s_ += s.allreduce_s;
@@ -419,7 +448,7 @@ nlohmann::json Trainer::Run::finish()
 	const uint64_t hash = all_reduce_scalar(topology_.world(), tower_->check_replicas(), MPI_MAX, "summary: replica hash");
 	// Steps before a resume took no time in this run; detached strategies count what was applied.
 	const double samples_per_s = detached_totals_.is_null()
-		? static_cast<double>((step_ - resumed_step_) * samples_per_step()) / std::max(train_s_, 1e-9)
+		? static_cast<double>((step_ - resumed_step_) * samples_per_step()) / std::max(train_s_ - resumed_train_s_, 1e-9)
 		: static_cast<double>(detached_totals_["samples_applied"].get<int64_t>()) / std::max(train_s_, 1e-9);
 	peak_memory_ = std::max(peak_memory_, peak_memory_bytes(device_));
 	const auto state_bytes = static_cast<int64_t>(facts_.optimizer_state_bytes);
@@ -464,6 +493,8 @@ nlohmann::json Trainer::Run::finish()
 		summary.update(detached_totals_);
 		summary["updates_per_s"] = static_cast<double>(step_) / std::max(train_s_, 1e-9);
 	}
+	if (!c_.elastic_history.is_null())
+		summary["elastic"] = c_.elastic_history;
 	if (tower_->has_averages())
 		summary["test_accuracy_ema"] = last_eval_.has_averaged && last_eval_.averaged.classifies
 						       ? nlohmann::json(last_eval_.averaged.accuracy)
@@ -521,17 +552,37 @@ nlohmann::json Trainer::Run::run_detached(DetachedStrategy& detached)
 	if (c_.accumulate != 1)
 		throw AgreedError(fmt::format("--accumulate {}: --strategy {} pushes one gradient per token; drop "
 					      "--accumulate or use a lock-step strategy", c_.accumulate, facts_.name));
+	// A checkpoint's position counts the walk of all workers' batches: update_in_epoch is the
+	// updates applied and samples_per_update their batches' samples, so restore() turns it into
+	// how far each worker of this run walks in before its first batch.
+	int64_t first_update = 0;
+	resume(&first_update);
+	const int64_t first_walk = epoch_ * sampler_.steps_per_epoch() + first_update;
+	if (checkpointer_.saving())
+		checkpointer_.forget_after(step_);
+	const int64_t samples_per_update = c_.batch * detached.rule().gradients_per_update();
+	const auto start = Clock::now();
 	DetachedPlan plan;
 	plan.planned_steps = total_steps_;
 	plan.lr = [this](int64_t planned_step) { return schedule_.lr(planned_step); };
 	plan.log_every = c_.log_every;
 	plan.on_window = [this](const nlohmann::json& window) { log_detached_window(window); };
+	plan.on_applied = [this, samples_per_update, start](int64_t update, bool last) {
+		elastic_line(fmt::format("step {}", update));
+		if (!checkpointer_.saving() || !(last || checkpointer_.due(update)))
+			return;
+		TrainingPosition p;
+		p.step = update;
+		p.update_in_epoch = update;
+		p.samples_per_update = samples_per_update;
+		p.train_s = resumed_train_s_ + seconds_since(start);
+		checkpointer_.save_owner_snapshot(p);
+	};
 	detached.start(plan);
-	const auto start = Clock::now();
 	if (tower_->is_worker()) {
 		// Each worker walks its own shard, epoch after epoch, for as long as the chief grants tokens.
 		const int64_t per_epoch = sampler_.steps_per_epoch();
-		for (int64_t k = 0;; ++k) {
+		for (int64_t k = first_walk;; ++k) {
 			const Batch& batch = batcher_.assemble(sampler_.shard(k / per_epoch, k % per_epoch));
 			StepStats s;
 			if (!tower_->work(batch, &s))
@@ -541,8 +592,11 @@ nlohmann::json Trainer::Run::run_detached(DetachedStrategy& detached)
 		}
 	}
 	detached_totals_ = detached.finish();
-	train_s_ = seconds_since(start);
-	step_ = detached_totals_["updates"].get<int64_t>();
+	if (checkpointer_.saving())
+		checkpoints_ = checkpointer_.finish_snapshots();
+	train_s_ = resumed_train_s_ + seconds_since(start);
+	// The chief's count is the run's (a resumed run that applied none keeps the checkpoint's).
+	step_ = std::max(step_, detached_totals_["updates"].get<int64_t>());
 	epoch_ = c_.epochs - 1;
 	if (test_.size() > 0 && c_.eval_every > 0)
 		evaluate(epoch_);

@@ -39,6 +39,11 @@ struct TrainerConfig {
 	CheckpointConfig checkpoint; // docs/checkpoints.md
 	// Written into the summary as they are, so a run's log says what ran.
 	nlohmann::json labels;
+	// Under an elastic launcher (cli/elastic.cpp): rank 0 prints "tower-elastic: ..." lines with
+	// where it started and each step it completes, and the summary carries the launcher's history
+	// of the earlier generations under "elastic".
+	bool elastic_lines = false;
+	nlohmann::json elastic_history;
 	// The calling program's own options that every rank must share (tower train adds its model
 	// options); compared with the rest of the run before its first collective.
 	RunFingerprint program_fields;

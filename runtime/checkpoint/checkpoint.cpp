@@ -66,7 +66,12 @@ nlohmann::json position_json(const TrainingPosition& p)
 		{"epoch", p.epoch},
 		{"update_in_epoch", p.update_in_epoch},
 		{"samples_per_update", p.samples_per_update},
-		{"skipped", p.skipped}};
+		{"skipped", p.skipped},
+		{"train_s", p.train_s},
+		{"compute_s", p.compute_s},
+		{"allreduce_s", p.allreduce_s},
+		{"checkpoint_pause_s", p.checkpoint_pause_s},
+		{"checkpoints", p.checkpoints}};
 }
 
 TrainingPosition position_from(const nlohmann::json& j)
@@ -77,6 +82,11 @@ TrainingPosition position_from(const nlohmann::json& j)
 	p.update_in_epoch = j.at("update_in_epoch").get<int64_t>();
 	p.samples_per_update = j.at("samples_per_update").get<int64_t>();
 	p.skipped = j.at("skipped").get<int64_t>();
+	p.train_s = j.at("train_s").get<double>();
+	p.compute_s = j.at("compute_s").get<double>();
+	p.allreduce_s = j.at("allreduce_s").get<double>();
+	p.checkpoint_pause_s = j.at("checkpoint_pause_s").get<double>();
+	p.checkpoints = j.at("checkpoints").get<int64_t>();
 	return p;
 }
 
@@ -178,6 +188,15 @@ Checkpointer::Checkpointer(const Topology& topology, const CheckpointConfig& con
 	if (config_.resume && config_.dir.empty() && config_.resume_path.empty())
 		throw AgreedError("--resume needs --checkpoint-dir DIR (or --resume PATH): where are the checkpoints?");
 	check_directory_shared();
+	// Who saves, for rank 0's manifest of the detached strategies' snapshots.
+	const int saves = saves_variables() ? 1 : 0;
+	std::vector<int> flags(static_cast<size_t>(topology_.size()));
+	MPI_Request gather = MPI_REQUEST_NULL;
+	TOWER_MPI(MPI_Iallgather(&saves, 1, MPI_INT, flags.data(), 1, MPI_INT, topology_.world(), &gather));
+	wait_request(gather, {"checkpoint: which ranks save", topology_.world()});
+	for (int r = 0; r < topology_.size(); ++r)
+		if (flags[static_cast<size_t>(r)])
+			savers_.push_back(r);
 }
 
 void Checkpointer::check_directory_shared() const
@@ -234,8 +253,18 @@ struct Checkpointer::Pending {
 	bool announced = false;
 };
 
+struct Checkpointer::Snapshot {
+	std::thread writer;
+	std::string problem;
+	std::atomic<bool> abandon{false}; // rank 0 stops waiting for the other owners' word
+};
+
 Checkpointer::~Checkpointer()
 {
+	if (snapshot_ && snapshot_->writer.joinable()) {
+		snapshot_->abandon = true; // finish_snapshots() joined it on a run that ended well
+		snapshot_->writer.join();
+	}
 	if (!pending_)
 		return;
 	if (pending_->writer.joinable())
@@ -268,13 +297,8 @@ double Checkpointer::save(const TrainingPosition& position)
 	if (saves_variables()) {
 		// A host copy is all training waits for; the checksums and the file are made beside the
 		// next steps.
-		std::vector<NamedTensor> copies;
-		nlohmann::json pieces = nlohmann::json::array();
-		for (const auto& v : variables()) {
-			copies.push_back({v.name, Tensor::empty(v.tensor.shape(), v.tensor.dtype(), Device{})});
-			copies.back().tensor.copy_from(v.tensor);
-			pieces.push_back(piece_of(v, whole_shape()).to_json());
-		}
+		nlohmann::json pieces;
+		std::vector<NamedTensor> copies = host_copies(&pieces);
 		const nlohmann::json metadata = {
 			{"kind", "variables"}, {"rank", rank}, {"step", position.step}, {"pieces", pieces}};
 		const std::string path = (fs::path(p->step_dir) / rank_file_name(rank)).string();
@@ -290,6 +314,115 @@ double Checkpointer::save(const TrainingPosition& position)
 	const double pause = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 	poll();
 	return pause;
+}
+
+std::vector<NamedTensor> Checkpointer::host_copies(nlohmann::json* pieces) const
+{
+	std::vector<NamedTensor> copies;
+	*pieces = nlohmann::json::array();
+	for (const auto& v : variables()) {
+		copies.push_back({v.name, Tensor::empty(v.tensor.shape(), v.tensor.dtype(), Device{})});
+		copies.back().tensor.copy_from(v.tensor);
+		pieces->push_back(piece_of(v, whole_shape()).to_json());
+	}
+	return copies;
+}
+
+namespace {
+
+constexpr int snapshot_tag = 1; // an owner's "my file of step S is durable (or not)" to rank 0
+
+} // namespace
+
+void Checkpointer::save_owner_snapshot(const TrainingPosition& position)
+{
+	if (snapshot_ && snapshot_->writer.joinable())
+		snapshot_->writer.join();
+	if (snapshot_ && !snapshot_->problem.empty())
+		snapshot_problems_.push_back(snapshot_->problem);
+	snapshot_ = std::make_unique<Snapshot>();
+	const std::string step_dir = checkpoint_step_dir(config_.dir, position.step);
+	const std::string path = (fs::path(step_dir) / rank_file_name(topology_.rank())).string();
+	nlohmann::json pieces;
+	std::vector<NamedTensor> copies = host_copies(&pieces);
+	const nlohmann::json metadata = {
+		{"kind", "variables"}, {"rank", topology_.rank()}, {"step", position.step}, {"pieces", pieces}};
+	++snapshots_;
+	Snapshot* raw = snapshot_.get();
+	raw->writer = std::thread([this, raw, position, step_dir, path, copies = std::move(copies), metadata] {
+		finish_snapshot(*raw, position, step_dir, path, copies, metadata);
+	});
+}
+
+void Checkpointer::finish_snapshot(Snapshot& snapshot, const TrainingPosition& position, const std::string& step_dir,
+				   const std::string& path, const std::vector<NamedTensor>& copies,
+				   const nlohmann::json& metadata)
+{
+	snapshot.problem = problem_of([&] {
+		fs::create_directories(step_dir);
+		write_file_durably(path, serialize_checkpoint(metadata, copies));
+	});
+	// Every path sends its word, so rank 0 never waits for a file that failed.
+	int64_t word[2] = {position.step, snapshot.problem.empty() ? 1 : 0};
+	if (topology_.rank() != 0) {
+		TOWER_MPI(MPI_Send(word, 2, MPI_INT64_T, 0, snapshot_tag, comm_.get()));
+		return;
+	}
+	std::vector<int> failed;
+	for (const int r : savers_) {
+		if (r == 0)
+			continue;
+		// Each owner snapshots the same updates in the same order, and MPI keeps one sender's
+		// messages in order: this is its word on this step.
+		MPI_Request request = MPI_REQUEST_NULL;
+		TOWER_MPI(MPI_Irecv(word, 2, MPI_INT64_T, r, snapshot_tag, comm_.get(), &request));
+		for (int done = 0; !done;) {
+			TOWER_MPI(MPI_Test(&request, &done, MPI_STATUS_IGNORE));
+			if (!done && snapshot.abandon.load()) { // a run unwinding after an error
+				MPI_Cancel(&request);
+				MPI_Request_free(&request);
+				return;
+			}
+			if (!done)
+				std::this_thread::sleep_for(std::chrono::milliseconds(1));
+		}
+		if (word[0] != position.step || word[1] != 1)
+			failed.push_back(r);
+	}
+	if (!failed.empty())
+		snapshot.problem = fmt::format("the owners on rank(s) {} could not write their files of step {}",
+					       fmt::join(failed, ", "), position.step);
+	if (snapshot.problem.empty())
+		snapshot.problem = problem_of([&] { write_manifest(position, step_dir, false); });
+	if (snapshot.problem.empty())
+		say_(fmt::format("checkpoint of update {} complete", position.step));
+	else
+		fmt::print(stderr, "[rank 0] error: checkpoint of update {}: {}\n", position.step, snapshot.problem);
+}
+
+int64_t Checkpointer::finish_snapshots()
+{
+	if (snapshot_ && snapshot_->writer.joinable())
+		snapshot_->writer.join();
+	if (snapshot_ && !snapshot_->problem.empty())
+		snapshot_problems_.push_back(snapshot_->problem);
+	snapshot_.reset();
+	agree(topology_.world(), snapshot_problems_.empty() ? std::string() : snapshot_problems_.front());
+	return snapshots_;
+}
+
+void Checkpointer::forget_after(int64_t step)
+{
+	std::string problem;
+	if (topology_.rank() == 0 && saving())
+		problem = problem_of([&] {
+			for (const auto& [s, path] : step_dirs(config_.dir))
+				if (s > step) {
+					fs::remove(path / manifest_name);
+					fs::remove_all(path);
+				}
+		});
+	agree(topology_.world(), problem);
 }
 
 void Checkpointer::start_agreement()
@@ -366,35 +499,42 @@ void Checkpointer::wait()
 
 void Checkpointer::write_manifest(const Pending& p) const
 {
-	// Every rank's file is durable (the vote said so): list them, then the manifest makes the
-	// checkpoint valid.
+	write_manifest(p.position, p.step_dir, true);
+}
+
+void Checkpointer::write_manifest(const TrainingPosition& position, const std::string& step_dir,
+				  bool later_are_superseded) const
+{
+	// Every saving rank's file is durable (its word said so): list them, then the manifest makes
+	// the checkpoint valid.
 	nlohmann::json files = nlohmann::json::array();
-	std::vector<fs::path> found;
-	for (const auto& e : fs::directory_iterator(p.step_dir))
-		if (e.path().extension() == ".tck" && e.path().filename().string().rfind("rank-", 0) == 0)
-			found.push_back(e.path());
-	std::sort(found.begin(), found.end());
-	for (const auto& f : found)
-		files.push_back({{"rank", std::stoi(f.filename().string().substr(5, 5))},
-				 {"file", f.filename().string()},
-				 {"bytes", fs::file_size(f)}});
+	for (const int r : savers_) {
+		const fs::path f = fs::path(step_dir) / rank_file_name(r);
+		if (!fs::exists(f))
+			throw Error(fmt::format("{} is missing though rank {} reported it written", f.string(), r));
+		files.push_back({{"rank", r}, {"file", f.filename().string()}, {"bytes", fs::file_size(f)}});
+	}
 	const nlohmann::json manifest = {{"kind", "manifest"},
-					 {"step", p.position.step},
+					 {"step", position.step},
 					 {"world_size", topology_.size()},
 					 {"strategy", strategy_name_},
 					 {"identity", config_.identity},
-					 {"position", position_json(p.position)},
+					 {"position", position_json(position)},
 					 {"files", files}};
-	write_file_durably((fs::path(p.step_dir) / manifest_name).string(), serialize_checkpoint(manifest, {}));
+	write_file_durably((fs::path(step_dir) / manifest_name).string(), serialize_checkpoint(manifest, {}));
 	sync_directory(config_.dir);
-	prune(p.position.step);
+	// The detached strategies' owners may be writing later steps already; forget_after() took
+	// care of a superseded run's before they started.
+	prune(position.step, later_are_superseded);
 }
 
-void Checkpointer::prune(int64_t just_written) const
+void Checkpointer::prune(int64_t just_written, bool later_are_superseded) const
 {
 	int complete = 0;
 	for (const auto& [step, path] : step_dirs(config_.dir)) {
 		const bool finished = fs::exists(path / manifest_name);
+		if (step > just_written && !later_are_superseded)
+			continue;
 		// Later steps belong to a run this one resumed from an older checkpoint: superseded.
 		if (step > just_written || (finished && ++complete > config_.keep) || (!finished && step < just_written)) {
 			fs::remove(path / manifest_name);

@@ -33,6 +33,9 @@ struct TrainingPosition {
 	int64_t update_in_epoch = 0; // updates of that epoch done
 	int64_t samples_per_update = 0;
 	int64_t skipped = 0;         // skipped updates so far
+	// The run's counters up to this step, so that a resumed run's summary covers all of it.
+	double train_s = 0, compute_s = 0, allreduce_s = 0, checkpoint_pause_s = 0;
+	int64_t checkpoints = 0;     // before this one
 };
 
 // The keys whose values differ between a saved identity and the current one, as
@@ -74,6 +77,20 @@ public:
 	// failed to write its part.
 	void wait();
 
+	// The detached strategies (async, sync-replicas), whose owners reach each update on their own:
+	//
+	// Not collective: called on this rank's owner thread right after it applied update
+	// `position.step`, when nothing else writes its variables. Copies them (they hold exactly that
+	// update) and writes them on a thread; once every owner has said its file is durable, rank 0
+	// writes the manifest. Waits for this rank's previous snapshot first.
+	void save_owner_snapshot(const TrainingPosition& position);
+	// Collective, after the owners stopped: waits for every snapshot in progress; AgreedError when
+	// an owner could not write its file. Returns the number of snapshots rank 0 began.
+	int64_t finish_snapshots();
+	// Collective, before training: rank 0 removes the step directories after `step`, which
+	// belong to a run this one supersedes (owners write into a step's directory without asking).
+	void forget_after(int64_t step);
+
 	// Collective, when the config asks to resume: loads the latest valid checkpoint into the
 	// optimizers (a corrupt one gives a warning naming the file and the previous one is tried) and
 	// returns where to continue. Any world size and any strategy that checkpoints can load it:
@@ -84,6 +101,7 @@ public:
 
 private:
 	struct Pending;
+	struct Snapshot;
 
 	std::vector<std::string> candidates() const;
 	std::string choose(std::string* manifest_text) const;
@@ -94,7 +112,11 @@ private:
 	std::vector<NamedTensor> variables() const;
 	void start_agreement();
 	void write_manifest(const Pending& p) const;
-	void prune(int64_t just_written) const;
+	void write_manifest(const TrainingPosition& position, const std::string& step_dir, bool later_are_superseded) const;
+	std::vector<NamedTensor> host_copies(nlohmann::json* pieces) const;
+	void finish_snapshot(Snapshot& snapshot, const TrainingPosition& position, const std::string& step_dir,
+			     const std::string& path, const std::vector<NamedTensor>& copies, const nlohmann::json& metadata);
+	void prune(int64_t just_written, bool later_are_superseded) const;
 
 	const Topology& topology_;
 	CheckpointConfig config_;
@@ -103,6 +125,10 @@ private:
 	std::function<void(const std::string&)> say_;
 	CommHandle comm_; // private: the completion vote of a checkpoint runs on it in the background
 	std::unique_ptr<Pending> pending_;
+	std::vector<int> savers_;             // the world ranks whose variables() are saved
+	std::unique_ptr<Snapshot> snapshot_;  // the detached strategies': this rank's latest
+	std::vector<std::string> snapshot_problems_; // this rank's failed snapshots (the owner thread's, until finish_snapshots)
+	int64_t snapshots_ = 0;
 };
 
 } // namespace tower

@@ -43,6 +43,7 @@ void Progress::update(const ProgressState& s)
 {
 	if (!enabled_)
 		return;
+	const std::lock_guard lock(mutex_);
 	const std::string text = fmt::format("epoch {}/{}  step {}/{}  loss {:.4f}  {:.0f} samples/s  ETA {}{}{}",
 					     s.epoch, s.epochs, s.step, s.steps, s.loss, s.samples_per_s,
 					     clock_text(s.eta_s), s.extra.empty() ? "" : "  ", s.extra);
@@ -59,6 +60,7 @@ void Progress::say(const std::string& line)
 {
 	if (!enabled_)
 		return;
+	const std::lock_guard lock(mutex_);
 	if (line_open_)
 		fmt::print("\n");
 	line_open_ = false;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <mutex>
 #include <string>
 
 namespace tower {
@@ -29,6 +30,7 @@ private:
 	bool enabled_;
 	bool live_;
 	bool line_open_ = false;
+	std::mutex mutex_; // the detached strategies' owner thread and checkpoint writer print too
 };
 
 // True when standard output is a terminal.

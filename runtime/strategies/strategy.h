@@ -134,9 +134,6 @@ public:
 	// Lock-step strategies (nullptr here) take collective step()s the program paces; the
 	// detached ones (async, sync-replicas) run their owners between start() and finish().
 	virtual DetachedStrategy* detached() { return nullptr; }
-	// Empty when this strategy's variables() can be checkpointed and restored; otherwise why not,
-	// for the error a run that asks for checkpoints gets.
-	virtual std::string why_no_checkpoints() const { return {}; }
 
 	// False on a rank that only serves variables: it joins every collective but has no batch.
 	virtual bool is_worker() const { return true; }

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""A checkpoint resumes at any world size and under either lock-step strategy: the parameters
-after the load equal those saved, bit for bit, and the optimizer state carries over whole.
+"""A checkpoint resumes at any world size and under any strategy: the parameters after the load
+equal those saved, bit for bit, and the optimizer state carries over whole.
 
-Every run here has two workers (2 ranks, or 3 with one parameter server), so the replicated and
-parameter-server strategies compute the same sums and their hashes can be compared bit for bit;
-the variables' placements differ (whole on rank 0; sliced over 1, 2 or 3 owners).
+Every run that goes on training here has two workers (2 ranks, or 3 with one server), so the
+replicated, parameter-server and sync-replicas strategies compute the same sums and their hashes
+can be compared bit for bit; the variables' placements differ (whole on rank 0; sliced over 1, 2
+or 3 owners). An async checkpoint (no two runs of it are alike) is checked by its loads.
 Usage: resume_across_test.py MPIRUN TOWER"""
 import json
 import os
@@ -19,6 +20,9 @@ tmp = tempfile.mkdtemp(prefix="tower-resume-across-test-")
 REPLICATED = ["--strategy", "replicated"]
 PS = ["--strategy", "parameter-server"]
 PS_SERVER = ["--strategy", "parameter-server", "--ps-ranks", "1"]
+SYNC = ["--strategy", "sync-replicas"]
+SYNC_SERVER = ["--strategy", "sync-replicas", "--ps-ranks", "1"]
+ASYNC = ["--strategy", "async"]
 
 
 def expect(cond, what):
@@ -51,13 +55,15 @@ expect(at20 and at40 and at20 != at40, f"references: {at20} {at40}")
 
 # Checkpoints of step 20 written in three placements: whole on rank 0, sliced over two owners
 # that also train, and held by one dedicated server.
-for name, np, strategy in (("whole", 2, REPLICATED), ("two-owners", 2, PS), ("one-server", 3, PS_SERVER)):
+for name, np, strategy in (("whole", 2, REPLICATED), ("two-owners", 2, PS), ("one-server", 3, PS_SERVER),
+                           ("sync", 2, SYNC)):
     s = train(f"write-{name}", np, strategy, 40, "--checkpoint-dir", ckpt(name), "--checkpoint-every", "20")[0]
     expect(s.get("replica_hash") == at40, f"{name}: the uninterrupted run differs from the reference")
 
 # Loads with no step after them: the parameters are those saved, whatever the new placement.
 loads = [("whole", 3, PS), ("whole", 3, PS_SERVER), ("whole", 1, REPLICATED), ("two-owners", 3, REPLICATED),
-         ("two-owners", 3, PS), ("one-server", 2, PS), ("one-server", 1, REPLICATED)]
+         ("two-owners", 3, PS), ("one-server", 2, PS), ("one-server", 1, REPLICATED), ("sync", 3, PS),
+         ("whole", 3, SYNC)]
 for source, np, strategy in loads:
     name = f"load-{source}-np{np}-{'-'.join(strategy[1::2])}"
     s, out, _, _ = train(name, np, strategy, 20, "--checkpoint-dir", ckpt(name), "--resume", ckpt(source, 20))
@@ -67,10 +73,20 @@ for source, np, strategy in loads:
 # Loads that go on training with two workers: the optimizer state (momentum) came across too, or
 # the run would leave the reference.
 for source, np, strategy in (("whole", 2, PS), ("whole", 3, PS_SERVER), ("two-owners", 2, REPLICATED),
-                             ("two-owners", 3, PS_SERVER), ("one-server", 2, REPLICATED), ("one-server", 2, PS)):
+                             ("two-owners", 3, PS_SERVER), ("one-server", 2, REPLICATED), ("one-server", 2, PS),
+                             ("whole", 2, SYNC), ("sync", 2, REPLICATED), ("sync", 3, SYNC_SERVER)):
     name = f"continue-{source}-np{np}-{'-'.join(strategy[1::2])}"
     s = train(name, np, strategy, 40, "--checkpoint-dir", ckpt(name), "--resume", ckpt(source, 20))[0]
     expect(s.get("replica_hash") == at40, f"{name}: ended on {s.get('replica_hash')}, the reference on {at40}")
+
+# An async checkpoint of its last update (3 ranks, 90 updates), loaded with no update after it.
+s = train("write-async", 3, ASYNC, 30, "--checkpoint-dir", ckpt("async"), "--checkpoint-every", "40")[0]
+saved = s.get("replica_hash")
+for np, strategy, steps in ((2, ASYNC, 30), (1, REPLICATED, 20), (3, SYNC_SERVER, 20)):
+    name = f"load-async-np{np}-{'-'.join(strategy[1::2])}"
+    s, out, _, _ = train(name, np, strategy, steps, "--checkpoint-dir", ckpt(name), "--resume", ckpt("async", 90))
+    expect(s.get("replica_hash") == saved and s.get("steps") == 90,
+           f"{name}: parameters after the load {s.get('replica_hash')} at step {s.get('steps')}, saved {saved} at 90")
 
 # A file of the previous format is refused with a word on what to do.
 old = ckpt("old")

@@ -111,6 +111,7 @@ void DetachedStrategy::start(const DetachedPlan& plan)
 	s.lr = plan.lr;
 	s.log_every = plan.log_every;
 	s.on_window = plan.on_window;
+	s.on_applied = plan.on_applied;
 	owner_ = std::make_unique<OwnerService>(std::move(s));
 	owner_thread_ = std::thread([this] { owner_->run(); });
 }
@@ -321,14 +322,6 @@ void DetachedStrategy::reset_optimizer_state()
 std::vector<NamedTensor> DetachedStrategy::variables()
 {
 	return core_.variables();
-}
-
-std::string DetachedStrategy::why_no_checkpoints() const
-{
-	return fmt::format("--strategy {}: checkpoints are not supported for it (its owners apply gradients while the "
-			   "workers run ahead, so no step is common to all); use replicated or parameter-server to "
-			   "checkpoint, or drop the checkpoint options",
-			   name_);
 }
 
 uint64_t DetachedStrategy::check_replicas() const

@@ -21,6 +21,9 @@ struct DetachedPlan {
 	std::function<float(int64_t planned_step)> lr;
 	int64_t log_every = 0;
 	std::function<void(const nlohmann::json& window)> on_window; // called on rank 0's owner thread
+	// Called on every owner's thread right after each update it applies (OwnerSetup::on_applied):
+	// where checkpoints are taken. May be empty.
+	std::function<void(int64_t update, bool last)> on_applied;
 };
 
 // The variables live on owners placed as the parameter-server strategy places them (every rank,
@@ -58,13 +61,13 @@ public:
 	bool has_averages() const override { return core_.averages() != nullptr; }
 	void use_averages(bool averaged) override;
 	void reset_optimizer_state() override;
+	// Each owner's share; a checkpoint takes it on the owner's thread right after an update
+	// (DetachedPlan::on_applied), when it is exactly that update's.
 	std::vector<NamedTensor> variables() override;
-	// Checkpoints are refused for these strategies (the trainer says so): the owners' threads
-	// keep applying gradients while workers run ahead, so there is no step at which to save.
-	bool saves_variables() const override { return false; }
-	std::string why_no_checkpoints() const override;
+	bool saves_variables() const override { return core_.my_owner() >= 0; }
 	DetachedStrategy* detached() override { return this; }
-	void variables_restored() override {}
+	// Collective, before start(): sends the owners' restored values to every worker.
+	void variables_restored() override { publish(); }
 	uint64_t check_replicas() const override;
 	int64_t steps() const override { return core_.steps(); }
 	StrategyFacts facts() const override;

@@ -198,6 +198,8 @@ void OwnerService::apply_update()
 	accepted_ = 0;
 	++*s_.global_step;
 	counters_.updates = *s_.global_step;
+	if (s_.on_applied)
+		s_.on_applied(*s_.global_step, *s_.global_step == s_.target);
 	given_this_step_ = 0;
 	std::fill(taken_.begin(), taken_.end(), 0);
 	serve_waiting();

@@ -105,6 +105,9 @@ struct OwnerSetup {
 	const UpdateRule* rule = nullptr;
 	int64_t target = 0;
 	std::function<float(int64_t planned_step)> lr;
+	// Every owner: called on the owner thread right after each update it applies (its count,
+	// and whether it was the run's last), while nothing else writes its variables; may be empty.
+	std::function<void(int64_t update, bool last)> on_applied;
 	// Chief only: called on the owner thread every `log_every` updates and after the last.
 	int64_t log_every = 0;
 	std::function<void(const nlohmann::json& window)> on_window;
