@@ -3,7 +3,6 @@
 uninterrupted one, bit for bit, in the replicated and parameter-server strategies at 2 and 3 ranks.
 Also a kill in the middle of writing, a corrupt latest checkpoint, and the resume errors.
 Usage: checkpoint_test.py MPIRUN TOWER"""
-import glob
 import json
 import os
 import signal
@@ -11,6 +10,9 @@ import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "harness"))
+from ranks import rank_pid  # noqa: E402
 
 mpirun, tower = sys.argv[1], sys.argv[2]
 failures = []
@@ -43,21 +45,6 @@ def summary(name):
 def run(np, name, *args, env=None):
     return subprocess.run(command(np, name, *args), capture_output=True, text=True, timeout=300,
                           env=env or os.environ)
-
-
-def rank_pid(marker, rank):
-    """The pid of the tower process of `rank` whose command line holds `marker`."""
-    for proc in glob.glob("/proc/[0-9]*"):
-        try:
-            cmdline = open(f"{proc}/cmdline", "rb").read().split(b"\0")
-            if not cmdline or not cmdline[0].endswith(b"tower") or marker.encode() not in b" ".join(cmdline):
-                continue
-            environ = open(f"{proc}/environ", "rb").read().split(b"\0")
-        except OSError:
-            continue
-        if f"OMPI_COMM_WORLD_RANK={rank}".encode() in environ:
-            return int(os.path.basename(proc))
-    return None
 
 
 def kill_when(np, name, ready, rank, args, env):
