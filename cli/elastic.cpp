@@ -115,6 +115,12 @@ Sizing size_after(const GenerationOutcome& o, const ElasticOptions& opt, const S
 	for (const HostSlots& h : next.hosts)
 		if (h.slots > 0)
 			candidates.push_back(h);
+	if (o.lost_hosts.empty() && !o.lost_ranks.empty()) {
+		// mpirun heard of each death from the daemon on its host: every host still answers.
+		next.hosts = candidates;
+		next.size = std::min(before.size, total_slots(next.hosts));
+		return next;
+	}
 	say(fmt::format("asking {} host(s) whether they answer (at most {:.0f} s)", candidates.size(), opt.probe_timeout_s));
 	const std::vector<bool> answered = probe_hosts(opt, candidates);
 	next.hosts.clear();

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""Slurm across hosts: scripts/fake-cluster puts 2 hosts in namespaces and runs a Slurm over them
+"""Slurm across hosts: scripts/fake-cluster puts 3 hosts in namespaces and runs a Slurm over them
 (slurmctld on host0, a slurmd per host); `sbatch -N 2 scripts/slurm/train.sbatch` then trains with
-`srun --mpi=pmix` across both, and must end on the replica hash of the same run on one host
-(--deterministic); `srun -N 2 tower info` sees both hostnames. SKIP (77) where namespaces are not
-permitted or Slurm is not installed, saying why.
+`srun --mpi=pmix` across two, and must end on the replica hash of the same run on one host
+(--deterministic); `srun -N 2 tower info` sees both hostnames. Then `sbatch -N 3` with checkpoints
+runs through tower elastic: a rank killed with SIGKILL on host2 and the job goes on at 2 nodes
+inside the same allocation. SKIP (77) where namespaces are not permitted or Slurm is not installed,
+saying why.
 
 Usage: slurm_hosts_test.py SOURCE_DIR BUILD_DIR MPIRUN"""
 import json
@@ -13,6 +15,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 source, build, mpirun = sys.argv[1:4]
 SKIP = 77
@@ -45,7 +48,7 @@ with tempfile.TemporaryDirectory(prefix="tower-slurm-hosts-") as tmp:
     run = lambda *args, timeout=120: subprocess.run([cluster, *args], capture_output=True, text=True, env=env,
                                                     timeout=timeout)
     try:
-        for step in (["up", "2"], ["slurm"]):
+        for step in (["up", "3"], ["slurm"]):
             r = run(*step)
             if r.returncode != 0:
                 fail(f"fake-cluster {' '.join(step)}: {r.stdout} {r.stderr}")
@@ -73,5 +76,40 @@ with tempfile.TemporaryDirectory(prefix="tower-slurm-hosts-") as tmp:
             fail(f"across 2 hosts under Slurm: world size {summary.get('world_size')}, hash "
                  f"{summary.get('replica_hash')}; on one host: {local.get('replica_hash')} {here.stderr[-500:]}")
         print(f"sbatch -N 2 train.sbatch (srun --mpi=pmix): 2 hosts, hash {summary['replica_hash']}, as on one host")
+
+        # Elastic under Slurm: with checkpoints the script launches through tower elastic (over
+        # mpirun inside the allocation, which --no-kill keeps when a node fails).
+        run_dir = os.path.join(tmp, "elastic")
+        ckpt = os.path.join(run_dir, "checkpoint")
+        job_env = (f"TOWER={tower} TOWER_CHECKPOINT_EVERY=25 TOWER_MIN_NP=2 TOWER_EPOCHS=1 TOWER_BATCH=64 "
+                   f"TOWER_RUN_DIR={run_dir} TOWER_ARGS='--hidden 64 --depth 1 --eval-every 1 --log-every 100'")
+        job = run("run", "sh", "-c", f"cd {tmp} && {job_env} sbatch --parsable -N 3 --ntasks-per-node=1 "
+                  f"{source}/scripts/slurm/train.sbatch")
+        job_id = job.stdout.strip()
+        manifest = os.path.join(ckpt, "step-0000000075", "manifest.tck")
+        deadline = time.time() + 120
+        while not os.path.exists(manifest) and time.time() < deadline:
+            time.sleep(0.02)
+        pids = subprocess.run(["ip", "netns", "pids", "twrs-host2"], capture_output=True, text=True).stdout.split()
+        towers = [int(p) for p in pids if os.path.exists(f"/proc/{p}/comm") and
+                  open(f"/proc/{p}/comm").read().strip() == "tower"]
+        for p in towers:
+            os.kill(p, signal.SIGKILL)
+        out_path = os.path.join(tmp, f"tower-train-{job_id}.out")
+        deadline = time.time() + 180
+        while time.time() < deadline and "train.sbatch: metrics in" not in (
+                open(out_path).read() if os.path.exists(out_path) else ""):
+            time.sleep(0.5)
+        out = open(out_path).read() if os.path.exists(out_path) else ""
+        elastic = [json.loads(x.split("summary ", 1)[1]) for x in out.splitlines()
+                   if x.startswith("tower elastic: summary ")]
+        elastic = elastic[0] if elastic else {}
+        if (not towers or elastic.get("generations") != 2 or elastic.get("world_size") != 2 or
+                "rank 2 on host2 killed by signal 9" not in out or elastic.get("exit_status") != 0):
+            fail(f"elastic under Slurm (job {job_id}, killed {towers}): {elastic} {out[-3000:]}")
+        history = elastic["history"]
+        print(f"sbatch -N 3 with checkpoints: tower elastic went on at 2 nodes after the kill on host2, "
+              f"{history[0].get('steps_lost')} step(s) lost, first step {history[1].get('restart_s', -1):.1f} s "
+              f"after the failure")
     finally:
         run("down", timeout=60)
