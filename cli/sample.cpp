@@ -11,6 +11,7 @@
 #include "models/model_factory.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/checkpoint_file.h"
+#include "runtime/checkpoint/variable_pieces.h"
 
 namespace tower::cli {
 
@@ -74,28 +75,24 @@ GptOptions gpt_options_of(const nlohmann::json& identity, const std::string& dir
 	return o;
 }
 
-// Loads every parameter from the checkpoint's files (one with replicated, the owners' slices of
-// them with parameter-server: each file holds whole variables by name).
+// Loads every parameter from the checkpoint's pieces, whatever the strategy that wrote them: whole
+// on rank 0 (replicated) or sliced over owners (parameter-server, async, sync-replicas).
 void load_parameters(GptModel& model, const std::string& dir, const nlohmann::json& manifest)
 {
-	std::map<std::string, Parameter*> wanted;
-	for (Parameter* p : model.parameters())
-		wanted[p->name] = p;
-	for (const auto& f : manifest.at("files")) {
-		const CheckpointFile file = read_checkpoint_file((fs::path(dir) / f.at("file").get<std::string>()).string());
-		for (const CheckpointEntry& e : file.header().entries) {
-			auto it = wanted.find(e.name);
-			if (it == wanted.end())
-				continue;
-			expect(e.shape == it->second->value.shape() && e.dtype == DType::f32,
-				    "{}: '{}' is {} {} but the model's is f32 {}", dir, e.name, dtype_name(e.dtype),
-				    shape_text(e.shape), shape_text(it->second->value.shape()));
-			it->second->value.copy_from(file.tensor(e));
-			wanted.erase(it);
-		}
+	std::vector<VariablePiece> saved;
+	for (const auto& j : manifest.at("index"))
+		saved.push_back(VariablePiece::from_json(j));
+	std::map<std::string, CheckpointFile> files;
+	auto read = [&](const VariablePiece& p) {
+		auto it = files.find(p.file);
+		if (it == files.end())
+			it = files.emplace(p.file, read_checkpoint_file((fs::path(dir) / p.file).string())).first;
+		return it->second.tensor(*it->second.find(p.entry));
+	};
+	for (Parameter* p : model.parameters()) {
+		const auto shape_of = [p](const std::string&) { return p->value.shape(); };
+		fill_from_pieces(piece_of({p->name, p->value}, shape_of), p->value, saved, read);
 	}
-	expect(wanted.empty(), "{} lacks '{}' (a checkpoint of another strategy's slices?)", dir,
-		    wanted.begin()->first);
 }
 
 // The next byte: the arg-max at temperature 0, else a draw from softmax(logits / temperature).

@@ -111,6 +111,9 @@ expect(rc != 0 and "not restarting: --max-restarts 0 reached" in out and launche
 rc, out, launcher, _ = elastic("bad-data", 3, [], train_args=["--data", os.path.join(tmp, "no-such-data")])
 expect(rc == 2 and "not restarting: every rank stopped on the same error" in out and launcher.get("generations") == 1,
        f"missing data: exit {rc}: {out[-1500:]}")
+rc, out, launcher, _ = elastic("bad-option", 3, [], train_args=["--optimizer", "no-such-optimizer"])
+expect(rc != 0 and "not restarting: every rank stopped on the same error" in out and launcher.get("generations") == 1,
+       f"a bad option: exit {rc}: {out[-1500:]}")
 r = subprocess.run([tower, "elastic", "-np", "2", "--", "train", "--epochs", "1"], capture_output=True, text=True)
 expect(r.returncode == 2 and "no --checkpoint-dir" in r.stderr, f"no --checkpoint-dir: {r.stderr}")
 

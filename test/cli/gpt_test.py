@@ -99,6 +99,14 @@ expect(r.returncode == 0 and r.stdout.startswith(b"The ") and len(r.stdout) == 4
 again = subprocess.run([tower, "sample", "--checkpoint", ck, "--prompt", "The ", "--tokens", "40", "--seed", "3"],
                        capture_output=True, timeout=120)
 expect(again.stdout == r.stdout, "tower sample with one seed gave two texts")
+# A parameter-server checkpoint holds the owners' slices: tower sample assembles the whole weights.
+ck_ps = os.path.join(tmp, "ck-ps")
+metrics("ps-ck", 2, "--max-steps", "28", "--eval-every", "0", "--checkpoint-dir", ck_ps, "--resume", ck,
+        "--strategy", "parameter-server", batch=4)
+r = subprocess.run([tower, "sample", "--checkpoint", ck_ps, "--prompt", "The ", "--tokens", "40", "--seed", "3"],
+                   capture_output=True, timeout=120)
+expect(r.returncode == 0 and len(r.stdout) == 4 + 40 + 1,
+       f"tower sample of a parameter-server checkpoint: {r.returncode} {r.stdout!r} {r.stderr[-500:]!r}")
 
 # Bad options and data: an error on every rank that names the problem.
 for model, text in ((["--layers", "1", "--width", "32", "--heads", "3"], "--heads 3 must divide --width 32"),
