@@ -3,7 +3,7 @@
 
 #include <csignal>
 #include <cstdio>
-#include <regex>
+#include <string>
 
 #include "cli/child_process.h"
 
@@ -20,37 +20,61 @@ bool failure_seen(const GenerationOutcome& o)
 
 } // namespace
 
+namespace {
+
+// The whitespace-delimited word after `marker` in `line`, or empty.
+std::string word_after(const std::string& line, const std::string& marker)
+{
+	const size_t at = line.find(marker);
+	if (at == std::string::npos)
+		return {};
+	const size_t from = at + marker.size();
+	const size_t to = line.find_first_of(" \t.,", from);
+	return line.substr(from, to == std::string::npos ? std::string::npos : to - from);
+}
+
+// The whole number after `marker`, or -1.
+int64_t number_after(const std::string& line, const std::string& marker)
+{
+	const std::string w = word_after(line, marker);
+	if (w.empty() || w.size() > 18 || w.find_first_not_of("0123456789") != std::string::npos)
+		return -1;
+	return std::stoll(w);
+}
+
+} // namespace
+
 bool read_generation_line(const std::string& line, GenerationOutcome& o)
 {
-	// Open MPI 4.1: "mpirun noticed that process rank 1 with PID 4242 on node hostA exited on
-	// signal 9 (Killed)."; a lost daemon: "ORTE has lost communication with a remote daemon."
-	// followed by "  Remote daemon: [[1234,0],2] on node host2".
-	static const std::regex rank_died(R"(process rank (\d+) with PID \d+ on node (\S+) exited on signal (\d+))");
-	static const std::regex daemon_lost(R"(Remote daemon:.* on node (\S+))");
-	static const std::regex daemon_failed(R"(ORTE daemon .*on node (\S+))");
-	static const std::regex rank_error(R"(\[rank \d+\] error: )");
 	const auto at = line.find(elastic_line_prefix);
 	if (at != std::string::npos) {
 		const std::string what = line.substr(at + std::char_traits<char>::length(elastic_line_prefix));
-		if (what.rfind("step ", 0) == 0) {
-			o.last_step = std::stoll(what.substr(5));
+		if (const int64_t step = number_after(what, "step "); what.rfind("step ", 0) == 0 && step >= 0) {
+			o.last_step = step;
 			if (!o.first_step_at)
 				o.first_step_at = Clock::now();
-		} else if (what.rfind("resumed ", 0) == 0) {
-			o.start_step = std::stoll(what.substr(8));
+		} else if (const int64_t from = number_after(what, "resumed "); what.rfind("resumed ", 0) == 0 && from >= 0) {
+			o.start_step = from;
 		} else if (what.rfind("started", 0) == 0) {
 			o.start_step = 0;
 		}
 		return true;
 	}
+	// Open MPI 4.1: "mpirun noticed that process rank 1 with PID 4242 on node hostA exited on
+	// signal 9 (Killed)."; a lost daemon: "ORTE has lost communication with a remote daemon."
+	// followed by "  Remote daemon: [[1234,0],2] on node host2".
 	const bool before = failure_seen(o);
-	std::smatch m;
-	if (std::regex_search(line, m, rank_died))
-		o.lost_ranks.push_back({std::stoi(m[1].str()), m[2].str(), std::stoi(m[3].str())});
-	else if (std::regex_search(line, m, daemon_lost) || std::regex_search(line, m, daemon_failed))
-		o.lost_hosts.push_back(m[1].str());
-	else if (o.first_error.empty() && std::regex_search(line, rank_error))
+	const std::string node = word_after(line, " on node ");
+	if (line.find("process rank ") != std::string::npos && line.find("exited on signal ") != std::string::npos) {
+		o.lost_ranks.push_back({static_cast<int>(number_after(line, "process rank ")), node,
+					static_cast<int>(number_after(line, "exited on signal "))});
+	} else if (!node.empty() && (line.find("Remote daemon:") != std::string::npos ||
+				     line.find("ORTE daemon ") != std::string::npos)) {
+		o.lost_hosts.push_back(node);
+	} else if (o.first_error.empty() && line.find("[rank ") != std::string::npos &&
+		   line.find("] error: ") != std::string::npos) {
 		o.first_error = line;
+	}
 	if (!before && failure_seen(o))
 		o.failure_at = Clock::now();
 	return false;

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <regex>
 
 #include <fmt/format.h>
 
@@ -42,22 +41,52 @@ VariablePiece VariablePiece::from_json(const nlohmann::json& j)
 	return p;
 }
 
+namespace {
+
+// "NAME[BEGIN:END]" or "NAME[BEGIN:END]/SUFFIX", as placement.cpp cuts them: where the range is
+// (the '[' and one past the ']') and its bounds; false for any other name.
+bool find_range(const std::string& name, size_t* open, size_t* close, int64_t* begin, int64_t* end)
+{
+	const auto digits = [&](size_t at, int64_t* value) {
+		size_t n = 0;
+		*value = 0;
+		for (; at + n < name.size() && name[at + n] >= '0' && name[at + n] <= '9' && n < 18; ++n)
+			*value = *value * 10 + (name[at + n] - '0');
+		return n;
+	};
+	for (size_t i = name.find('['); i != std::string::npos; i = name.find('[', i + 1)) {
+		const size_t a = digits(i + 1, begin);
+		if (a == 0 || i + 1 + a >= name.size() || name[i + 1 + a] != ':')
+			continue;
+		const size_t b = digits(i + 2 + a, end);
+		const size_t after = i + 2 + a + b; // the ']'
+		if (b == 0 || after >= name.size() || name[after] != ']')
+			continue;
+		if (after + 1 == name.size() || name[after + 1] == '/') {
+			*open = i;
+			*close = after + 1;
+			return true;
+		}
+	}
+	return false;
+}
+
+} // namespace
+
 VariablePiece piece_of(const NamedTensor& tensor, const WholeShapeFn& whole_shape)
 {
-	// "NAME[BEGIN:END]" or "NAME[BEGIN:END]/SUFFIX", as placement.cpp cuts them.
-	static const std::regex slice(R"(^(.*)\[([0-9]+):([0-9]+)\](/.*)?$)");
 	VariablePiece p;
 	p.entry = tensor.name;
 	p.variable = tensor.name;
 	p.count = tensor.tensor.numel();
 	p.dtype = tensor.tensor.dtype();
-	std::smatch m;
-	if (std::regex_match(tensor.name, m, slice)) {
-		p.variable = m[1].str() + m[4].str();
-		p.offset = std::stoll(m[2].str());
-		if (std::stoll(m[3].str()) - p.offset != p.count)
-			throw Error(fmt::format("'{}' names {} elements but holds {}", tensor.name,
-						std::stoll(m[3].str()) - p.offset, p.count));
+	size_t open = 0, close = 0;
+	int64_t begin = 0, end = 0;
+	if (find_range(tensor.name, &open, &close, &begin, &end)) {
+		p.variable = tensor.name.substr(0, open) + tensor.name.substr(close);
+		p.offset = begin;
+		if (end - begin != p.count)
+			throw Error(fmt::format("'{}' names {} elements but holds {}", tensor.name, end - begin, p.count));
 	}
 	p.whole = whole_shape ? whole_shape(p.variable) : Shape{};
 	if (p.whole.empty() || (p.offset == 0 && shape_numel(p.whole) != p.count && p.variable == p.entry))
