@@ -82,16 +82,10 @@ void load_parameters(GptModel& model, const std::string& dir, const nlohmann::js
 	std::vector<VariablePiece> saved;
 	for (const auto& j : manifest.at("index"))
 		saved.push_back(VariablePiece::from_json(j));
-	std::map<std::string, CheckpointFile> files;
-	auto read = [&](const VariablePiece& p) {
-		auto it = files.find(p.file);
-		if (it == files.end())
-			it = files.emplace(p.file, read_checkpoint_file((fs::path(dir) / p.file).string())).first;
-		return it->second.tensor(*it->second.find(p.entry));
-	};
+	PieceFiles read(dir);
 	for (Parameter* p : model.parameters()) {
 		const auto shape_of = [p](const std::string&) { return p->value.shape(); };
-		fill_from_pieces(piece_of({p->name, p->value}, shape_of), p->value, saved, read);
+		fill_from_pieces(piece_of({p->name, p->value}, shape_of), p->value, saved, std::ref(read));
 	}
 }
 

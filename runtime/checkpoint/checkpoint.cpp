@@ -622,17 +622,11 @@ void Checkpointer::load_variables(const std::string& step_dir, const nlohmann::j
 	std::vector<VariablePiece> saved;
 	for (const auto& j : index)
 		saved.push_back(VariablePiece::from_json(j));
-	std::map<std::string, CheckpointFile> files;
-	auto read = [&](const VariablePiece& p) {
-		auto it = files.find(p.file);
-		if (it == files.end())
-			it = files.emplace(p.file, read_checkpoint_file((fs::path(step_dir) / p.file).string())).first;
-		return it->second.tensor(*it->second.find(p.entry));
-	};
+	PieceFiles read(step_dir);
 	std::vector<std::string> wrong;
 	for (auto& v : variables()) {
 		try {
-			fill_from_pieces(piece_of(v, whole_shape()), v.tensor, saved, read);
+			fill_from_pieces(piece_of(v, whole_shape()), v.tensor, saved, std::ref(read));
 		} catch (const CheckpointError&) {
 			throw;
 		} catch (const Error& e) {

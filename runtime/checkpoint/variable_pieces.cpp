@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 
 #include <fmt/format.h>
 
@@ -95,6 +96,18 @@ VariablePiece piece_of(const NamedTensor& tensor, const WholeShapeFn& whole_shap
 		throw Error(fmt::format("'{}' reaches element {} of a variable of shape {}", tensor.name, p.offset + p.count,
 					shape_text(p.whole)));
 	return p;
+}
+
+Tensor PieceFiles::operator()(const VariablePiece& piece)
+{
+	auto it = files_.find(piece.file);
+	if (it == files_.end())
+		it = files_.emplace(piece.file, read_checkpoint_file((std::filesystem::path(step_dir_) / piece.file).string()))
+			     .first;
+	const CheckpointEntry* entry = it->second.find(piece.entry);
+	if (entry == nullptr)
+		throw CheckpointError(fmt::format("{}: no tensor '{}'", piece.file, piece.entry));
+	return it->second.tensor(*entry);
 }
 
 void fill_from_pieces(const VariablePiece& target, Tensor& destination, const std::vector<VariablePiece>& saved,

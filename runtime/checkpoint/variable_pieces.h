@@ -4,12 +4,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "base/tensor/named_tensor.h"
+#include "runtime/checkpoint/checkpoint_file.h"
 
 namespace tower {
 
@@ -35,6 +37,20 @@ using WholeShapeFn = std::function<Shape(const std::string& variable)>;
 // (runtime/strategies/placement.h), and the state kept per slice "NAME[BEGIN:END]/SUFFIX"; any
 // other name is a whole variable.
 VariablePiece piece_of(const NamedTensor& tensor, const WholeShapeFn& whole_shape);
+
+// The bytes of saved pieces, read from the files of one step directory as they are asked for (each
+// file read and verified once).
+class PieceFiles {
+public:
+	explicit PieceFiles(std::string step_dir) : step_dir_(std::move(step_dir)) {}
+	// A host view of the piece's tensor, valid while this object lives. Throws CheckpointError
+	// for a bad file.
+	Tensor operator()(const VariablePiece& piece);
+
+private:
+	std::string step_dir_;
+	std::map<std::string, CheckpointFile> files_;
+};
 
 // Fills `target` (a piece this run holds, possibly on a device) from the saved pieces of its
 // variable that cover it, reading a saved piece's host bytes through `read`. Throws Error when the

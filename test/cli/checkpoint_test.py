@@ -12,7 +12,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "harness"))
-from ranks import rank_pid  # noqa: E402
+from jobs import rank_pid  # noqa: E402
 
 mpirun, tower = sys.argv[1], sys.argv[2]
 failures = []

@@ -6,7 +6,6 @@ the checkpoint interval, and its final accuracy is within 0.5 points of an unint
 it gives up below --min-np and after --max-restarts, naming why, and does not restart a job that
 fails for a reason a restart cannot fix.
 Usage: elastic_test.py MPIRUN TOWER"""
-import json
 import os
 import signal
 import subprocess
@@ -15,7 +14,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "harness"))
-from ranks import rank_pid  # noqa: E402
+from jobs import elastic_summary, metrics_summary, rank_pid  # noqa: E402
 
 mpirun, tower = sys.argv[1], sys.argv[2]
 failures = []
@@ -32,18 +31,6 @@ TRAIN = ["train", "--model", "mlp", "--hidden", "256", "--depth", "2", "--batch"
 def expect(cond, what):
     if not cond:
         failures.append(what)
-
-
-def summary_of(path):
-    lines = [json.loads(x) for x in open(path)] if os.path.exists(path) else []
-    return lines[-1] if lines and lines[-1].get("event") == "summary" else {}
-
-
-def launcher_summary(out):
-    for line in out.splitlines():
-        if line.startswith("tower elastic: summary "):
-            return json.loads(line[len("tower elastic: summary "):])
-    return {}
 
 
 def elastic(name, np, strategy, launcher_args=(), kill_after=None, kill_rank=1, train_args=()):
@@ -64,7 +51,7 @@ def elastic(name, np, strategy, launcher_args=(), kill_after=None, kill_rank=1, 
         if pid is not None:
             os.kill(pid, signal.SIGKILL)
     out = p.communicate(timeout=400)[0].decode(errors="replace")
-    return p.returncode, out, launcher_summary(out), summary_of(metrics)
+    return p.returncode, out, elastic_summary(out), metrics_summary(metrics)
 
 
 def uninterrupted_accuracy():
@@ -73,7 +60,7 @@ def uninterrupted_accuracy():
                         os.path.join(tmp, "reference"), "--metrics", metrics], capture_output=True, text=True,
                        timeout=400)
     expect(r.returncode == 0, f"reference run: {r.stderr[-1500:]}")
-    return summary_of(metrics).get("test_accuracy")
+    return metrics_summary(metrics).get("test_accuracy")
 
 
 reference = uninterrupted_accuracy()

@@ -8,7 +8,6 @@ interval, the restart time is measured, and the final accuracy is within 0.5 poi
 uninterrupted run. SKIP (77) where namespaces are not permitted.
 
 Usage: elastic_hosts_test.py SOURCE_DIR BUILD_DIR MPIRUN"""
-import json
 import os
 import signal
 import subprocess
@@ -16,8 +15,10 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "harness"))
+from jobs import elastic_summary, metrics_summary, skip_unless_namespaces  # noqa: E402
+
 source, build, mpirun = sys.argv[1:4]
-SKIP = 77
 tower = os.path.join(build, "tower")
 cluster = os.path.join(source, "scripts", "fake-cluster")
 EVERY = 25
@@ -29,28 +30,6 @@ failures = []
 def expect(cond, what):
     if not cond:
         failures.append(what)
-
-
-def skip_unless_namespaces():
-    if os.geteuid() != 0:
-        print("SKIP: network namespaces need root")
-        sys.exit(SKIP)
-    probe = subprocess.run(["unshare", "--net", "--uts", "--mount", "true"], capture_output=True, text=True)
-    if probe.returncode != 0:
-        print(f"SKIP: this machine does not permit namespaces: {probe.stderr.strip()}")
-        sys.exit(SKIP)
-
-
-def summary_of(path):
-    lines = [json.loads(x) for x in open(path)] if os.path.exists(path) else []
-    return lines[-1] if lines and lines[-1].get("event") == "summary" else {}
-
-
-def launcher_summary(out):
-    for line in out.splitlines():
-        if line.startswith("tower elastic: summary "):
-            return json.loads(line[len("tower elastic: summary "):])
-    return {}
 
 
 def towers_on(host):
@@ -84,7 +63,7 @@ def elastic(name, strategy, fault, extra=()):
         os.killpg(job.pid, signal.SIGKILL)
         out = job.communicate()[0].decode(errors="replace")
         failures.append(f"{name}: tower elastic did not end within 240 s")
-    return job.returncode, out, launcher_summary(out), summary_of(metrics)
+    return job.returncode, out, elastic_summary(out), metrics_summary(metrics)
 
 
 def kill_on_host2():
@@ -110,7 +89,7 @@ with tempfile.TemporaryDirectory(prefix="tower-elastic-hosts-test-") as tmp:
     r = subprocess.run([mpirun, "--oversubscribe", "-np", "3", tower, *TRAIN, "--checkpoint-dir",
                         os.path.join(tmp, "reference"), "--metrics", reference_metrics], capture_output=True, text=True,
                        timeout=300, env=ENV)
-    reference = summary_of(reference_metrics).get("test_accuracy")
+    reference = metrics_summary(reference_metrics).get("test_accuracy")
     expect(r.returncode == 0 and reference is not None, f"the uninterrupted run: {r.stderr[-1500:]}")
     up = subprocess.run([cluster, "up", "3"], capture_output=True, text=True, env=ENV, timeout=60)
     try:

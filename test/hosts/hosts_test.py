@@ -19,24 +19,16 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "harness"))
+from jobs import skip_unless_namespaces  # noqa: E402
+
 source, build, mpirun = sys.argv[1:4]
-SKIP = 77
 tower = os.path.join(build, "tower")
 cluster = os.path.join(source, "scripts", "fake-cluster")
 
 
 def fail(message):
     sys.exit(f"FAIL: {message}")
-
-
-def skip_unless_namespaces():
-    if os.geteuid() != 0:
-        print("SKIP: network namespaces need root")
-        sys.exit(SKIP)
-    probe = subprocess.run(["unshare", "--net", "--uts", "--mount", "true"], capture_output=True, text=True)
-    if probe.returncode != 0:
-        print(f"SKIP: this machine does not permit namespaces: {probe.stderr.strip()}")
-        sys.exit(SKIP)
 
 
 def on_cluster(*args, timeout=180):
