@@ -14,7 +14,13 @@ CommHierarchicalAllReduce::CommHierarchicalAllReduce(std::unique_ptr<Communicato
 
 CommHierarchicalAllReduce::~CommHierarchicalAllReduce()
 {
-	device_free(node_->device(), shard_);
+	// The communicators go first (their streams may still read the shard), as the code's rule is
+	// everywhere: release a communicator before freeing memory its collectives use.
+	const Device device = node_->device();
+	group_.reset();
+	cross_.reset();
+	node_.reset();
+	device_free(device, shard_);
 }
 
 void CommHierarchicalAllReduce::run(const void* send, void* recv, size_t count, DType dtype, ReduceOp op)

@@ -9,6 +9,7 @@
 
 #include "base/device/cuda_check.h"
 #include "base/error.h"
+#include "base/fatal.h"
 #include "base/device/gpu_runtime.h"
 #include "base/mpi/mpi_check.h"
 #include "base/mpi/topology.h"
@@ -83,10 +84,16 @@ public:
 		}
 	}
 
-	// While an exception unwinds (a peer failed, a CUDA error), a collective may still be in
-	// flight waiting for ranks that will never join: aborting ends it where destroying would
-	// wait forever. The communicator goes before any cudaFree, which synchronizes the device.
-	~NcclCommunicator() override { release(failed_ || std::uncaught_exceptions() > 0); }
+	// NCCL's abort and destroy wait for the node's other ranks, so neither may run where this
+	// rank cannot know that its peers will join: while an exception unwinds, the communicator is
+	// left to the process's end (an error every rank agreed on ends the job in run_guarded(); any
+	// other error, and a failed collective, end it through fatal()). Otherwise it goes before any
+	// cudaFree, which synchronizes the device.
+	~NcclCommunicator() override
+	{
+		if (std::uncaught_exceptions() == 0)
+			release(false);
+	}
 
 	int rank() const override { return rank_; }
 	int size() const override { return size_; }
@@ -136,18 +143,17 @@ private:
 		TOWER_CUDA(cudaStreamWaitEvent(stream_, inputs_ready_, 0));
 	}
 
-	// A collective that failed to launch on this rank may have launched on the others: from then
-	// on the communicator is only aborted, never waited on.
+	// A collective that failed on this rank may be under way on the others, which would wait in it
+	// (or in NCCL's teardown) for this one: the job ends at once through the one abort path,
+	// MPI_Abort, which ends every rank whatever it waits for.
 	template <typename Launch> void run(Launch launch)
 	{
-		failed_ = true; // until the collective is complete
 		begin();
 		const ncclResult_t rc = launch();
 		if (rc != ncclSuccess && rc != ncclInProgress)
-			throw Error(fmt::format("NCCL collective on rank {} of {} failed to start: {}", rank_, size_,
-						ncclGetErrorString(rc)));
+			fatal(fmt::format("NCCL collective on rank {} of {} failed to start: {}", rank_, size_,
+					  ncclGetErrorString(rc)));
 		wait();
-		failed_ = false;
 	}
 
 	// Waits for the stream while polling NCCL: a peer that died or a network failure shows up as
@@ -167,13 +173,10 @@ private:
 				const ncclResult_t polled = ncclCommGetAsyncError(comm_, &async);
 				if (polled != ncclSuccess)
 					async = polled;
-				if (async != ncclSuccess && async != ncclInProgress) {
-					ncclCommAbort(comm_);
-					comm_ = nullptr;
-					throw Error(fmt::format("NCCL communicator of rank {} of {} failed: {}; it was aborted, "
-								"check the other ranks' logs for the first failure",
-								rank_, size_, ncclGetErrorString(async)));
-				}
+				if (async != ncclSuccess && async != ncclInProgress)
+					fatal(fmt::format("NCCL communicator of rank {} of {} failed: {}; ending the job (check "
+							  "the other ranks' logs for the first failure)",
+							  rank_, size_, ncclGetErrorString(async)));
 				return false;
 			},
 			{"NCCL collective", mpi_.get()});
@@ -209,7 +212,6 @@ private:
 	cudaStream_t stream_ = nullptr;
 	cudaEvent_t inputs_ready_ = nullptr;
 	void* scratch_ = nullptr;
-	bool failed_ = false; // a collective failed: the destructor aborts instead of destroying
 };
 
 } // namespace

@@ -19,8 +19,10 @@ void copy_bytes(void* dst, const Device& dst_device, const void* src, const Devi
 // Sets `bytes` at `pointer` to zero.
 void zero_bytes(void* pointer, const Device& device, size_t bytes);
 
-// The most memory this rank has held on `device`: the process's peak resident set on the CPU,
-// the device memory in use (total minus free, at this moment) on a GPU.
+// The most memory this rank has held on `device`: the process's peak resident set on the CPU; on a
+// GPU, the high-water mark of the device's memory in use (CUDA's context, cuBLAS's and NCCL's
+// buffers included) sampled after each of tower's allocations and at each call, and never below
+// the high-water mark of tower's own allocations (base/tensor/memory_ledger.h).
 size_t peak_memory_bytes(const Device& device);
 
 // Waits for all work queued on the device (a no-op on the CPU).

@@ -5,8 +5,30 @@
 #include "base/device/gpu_runtime.h"
 #include "base/tensor/memory.h"
 #include "base/tensor/memory_host.h"
+#include "base/tensor/memory_ledger.h"
 
 namespace tower {
+
+namespace {
+
+// One ledger per GPU index; a rank uses one or two.
+constexpr int max_gpus = 64;
+
+MemoryLedger& ledger(const Device& device)
+{
+	static MemoryLedger ledgers[max_gpus];
+	return ledgers[static_cast<size_t>(device.index) % max_gpus];
+}
+
+// Everything in use on the current GPU now (CUDA's context, cuBLAS's and NCCL's buffers
+// included); 0 when it cannot be asked.
+size_t device_in_use()
+{
+	size_t free = 0, total = 0;
+	return cudaMemGetInfo(&free, &total) == cudaSuccess ? total - free : 0;
+}
+
+} // namespace
 
 void* device_alloc(const Device& device, size_t bytes)
 {
@@ -21,6 +43,10 @@ void* device_alloc(const Device& device, size_t bytes)
 	if (rc != cudaSuccess)
 		throw Error(fmt::format("cudaMalloc of {} bytes on {} failed: {}", bytes, device.name(),
 					cudaGetErrorString(rc)));
+	// The device's use right after each of tower's allocations is a sample of its high-water mark
+	// (an allocation is when it grows); the ledger keeps the largest.
+	ledger(device).allocated(p, bytes);
+	ledger(device).observe(device_in_use());
 	return p;
 }
 
@@ -31,6 +57,7 @@ void device_free(const Device& device, void* pointer) noexcept
 	else if (pointer) {
 		cudaSetDevice(device.index);
 		cudaFree(pointer);
+		ledger(device).freed(pointer);
 	}
 }
 
@@ -67,9 +94,9 @@ size_t peak_memory_bytes(const Device& device)
 {
 	if (!device.is_cuda())
 		return host_peak_rss_bytes();
-	size_t free = 0, total = 0;
-	TOWER_CUDA(cudaMemGetInfo(&free, &total));
-	return total - free;
+	select_gpu(device.index);
+	ledger(device).observe(device_in_use());
+	return ledger(device).peak();
 }
 
 void device_synchronize(const Device& device)
