@@ -80,6 +80,20 @@ bool read_generation_line(const std::string& line, GenerationOutcome& o)
 	return false;
 }
 
+namespace {
+
+// Reads a line into the outcome and passes it on, unless it is one of the launcher's own.
+void pass_on(const std::string& line, GenerationOutcome& o)
+{
+	if (read_generation_line(line, o))
+		return;
+	std::fwrite(line.data(), 1, line.size(), stdout);
+	std::fputc('\n', stdout);
+	std::fflush(stdout);
+}
+
+} // namespace
+
 GenerationOutcome run_generation(const std::vector<std::string>& argv,
 				 const std::vector<std::pair<std::string, std::string>>& env,
 				 std::chrono::milliseconds exit_grace, const std::atomic<int>& stop)
@@ -88,14 +102,9 @@ GenerationOutcome run_generation(const std::vector<std::string>& argv,
 	ChildProcess mpirun(argv, env, true);
 	bool told_to_stop = false;
 	for (;;) {
-		if (const auto line = mpirun.read_line(std::chrono::milliseconds(100))) {
-			if (!read_generation_line(*line, o)) {
-				std::fwrite(line->data(), 1, line->size(), stdout);
-				std::fputc('\n', stdout);
-				std::fflush(stdout);
-			}
-			continue;
-		}
+		// Every turn, a line or not: a job that keeps printing must still be stopped on time.
+		if (const auto line = mpirun.read_line(std::chrono::milliseconds(100)))
+			pass_on(*line, o);
 		if (stop.load() != 0 && !told_to_stop) {
 			told_to_stop = true;
 			o.interrupted = true;
@@ -109,13 +118,15 @@ GenerationOutcome run_generation(const std::vector<std::string>& argv,
 				std::fprintf(stdout, "tower elastic: mpirun did not end %.0f s after the failure; stopping it\n",
 					     std::chrono::duration<double>(exit_grace).count());
 			const bool seen = failure_seen(o);
-			o.status = mpirun.wait(overdue ? std::chrono::milliseconds(0) : exit_grace);
-			// The rest of its output, for the causes it names.
+			// Its output is still read while it ends (a full pipe would hold it), then the rest,
+			// for the causes it names.
+			const auto deadline = Clock::now() + (overdue ? std::chrono::milliseconds(0) : exit_grace);
+			while (!mpirun.exited() && Clock::now() < deadline)
+				if (const auto line = mpirun.read_line(std::chrono::milliseconds(50)))
+					pass_on(*line, o);
+			o.status = mpirun.wait(std::chrono::milliseconds(0));
 			while (const auto line = mpirun.read_line(std::chrono::milliseconds(0)))
-				if (!read_generation_line(*line, o)) {
-					std::fwrite(line->data(), 1, line->size(), stdout);
-					std::fputc('\n', stdout);
-				}
+				pass_on(*line, o);
 			std::fflush(stdout);
 			if (!seen)
 				o.failure_at = Clock::now();

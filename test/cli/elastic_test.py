@@ -3,8 +3,8 @@
 parameter-server, sync-replicas at 3 ranks) and the launcher resumes at 2 ranks from the latest
 checkpoint with no person; the run completes its epochs, its steps lost are counted and fewer than
 the checkpoint interval, and its final accuracy is within 0.5 points of an uninterrupted run. Also:
-it gives up below --min-np and after --max-restarts, naming why, and does not restart a job that
-fails for a reason a restart cannot fix.
+it gives up below --min-np and after --max-restarts, naming why, does not restart a job that
+fails for a reason a restart cannot fix, and stops the job without a restart on SIGTERM.
 Usage: elastic_test.py MPIRUN TOWER"""
 import os
 import signal
@@ -101,6 +101,19 @@ expect(rc == 2 and "not restarting: every rank stopped on the same error" in out
 rc, out, launcher, _ = elastic("bad-option", 3, [], train_args=["--optimizer", "no-such-optimizer"])
 expect(rc != 0 and "not restarting: every rank stopped on the same error" in out and launcher.get("generations") == 1,
        f"a bad option: exit {rc}: {out[-1500:]}")
+# SIGTERM to the launcher (scancel, Ctrl-C) stops the job and is not restarted; no rank is left.
+stopped = os.path.join(tmp, "stopped")
+longer = [("50" if a == "3" and TRAIN[i - 1] == "--epochs" else a) for i, a in enumerate(TRAIN)]
+p = subprocess.Popen([tower, "elastic", "-np", "2", "--mpirun", mpirun, "--", *longer, "--checkpoint-dir", stopped],
+                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+deadline = time.time() + 120
+while not os.path.exists(os.path.join(stopped, f"step-{EVERY:010d}", "manifest.tck")) and time.time() < deadline:
+    time.sleep(0.01)
+p.send_signal(signal.SIGTERM)
+out = p.communicate(timeout=60)[0].decode(errors="replace")
+expect(p.returncode == 128 + signal.SIGTERM and "the launcher was told to stop" in out and
+       elastic_summary(out).get("generations") == 1, f"SIGTERM to the launcher: exit {p.returncode}: {out[-1500:]}")
+expect(rank_pid(stopped, 0) is None and rank_pid(stopped, 1) is None, "ranks left after the launcher stopped")
 r = subprocess.run([tower, "elastic", "-np", "2", "--", "train", "--epochs", "1"], capture_output=True, text=True)
 expect(r.returncode == 2 and "no --checkpoint-dir" in r.stderr, f"no --checkpoint-dir: {r.stderr}")
 
