@@ -449,7 +449,8 @@ nlohmann::json Trainer::Run::finish()
 	// Steps before a resume took no time in this run; detached strategies count what was applied.
 	const double samples_per_s = detached_totals_.is_null()
 		? static_cast<double>((step_ - resumed_step_) * samples_per_step()) / std::max(train_s_ - resumed_train_s_, 1e-9)
-		: static_cast<double>(detached_totals_["samples_applied"].get<int64_t>()) / std::max(train_s_, 1e-9);
+		: static_cast<double>(detached_totals_["samples_applied"].get<int64_t>()) /
+			  std::max(train_s_ - resumed_train_s_, 1e-9);
 	peak_memory_ = std::max(peak_memory_, peak_memory_bytes(device_));
 	const auto state_bytes = static_cast<int64_t>(facts_.optimizer_state_bytes);
 	nlohmann::json summary = c_.labels;

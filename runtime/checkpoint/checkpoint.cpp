@@ -256,6 +256,7 @@ struct Checkpointer::Pending {
 struct Checkpointer::Snapshot {
 	std::thread writer;
 	std::string problem;
+	std::atomic<bool> done{false};    // the writer has finished (problem is set)
 	std::atomic<bool> abandon{false}; // rank 0 stops waiting for the other owners' word
 };
 
@@ -334,12 +335,22 @@ constexpr int snapshot_tag = 1; // an owner's "my file of step S is durable (or 
 
 } // namespace
 
+void Checkpointer::join_snapshot(const char* where)
+{
+	if (!snapshot_ || !snapshot_->writer.joinable())
+		return;
+	// Watched: rank 0's writer waits for every owner's word, and an owner that never reaches the
+	// update would hold it; the stall watchdog names the wait and ends the job after --stall-abort.
+	Snapshot& s = *snapshot_;
+	wait_until([&] { return s.done.load(); }, {where, MPI_COMM_NULL});
+	s.writer.join();
+	if (!s.problem.empty())
+		snapshot_problems_.push_back(s.problem);
+}
+
 void Checkpointer::save_owner_snapshot(const TrainingPosition& position)
 {
-	if (snapshot_ && snapshot_->writer.joinable())
-		snapshot_->writer.join();
-	if (snapshot_ && !snapshot_->problem.empty())
-		snapshot_problems_.push_back(snapshot_->problem);
+	join_snapshot("checkpoint: the previous snapshot's files");
 	snapshot_ = std::make_unique<Snapshot>();
 	const std::string step_dir = checkpoint_step_dir(config_.dir, position.step);
 	const std::string path = (fs::path(step_dir) / rank_file_name(topology_.rank())).string();
@@ -358,6 +369,10 @@ void Checkpointer::finish_snapshot(Snapshot& snapshot, const TrainingPosition& p
 				   const std::string& path, const std::vector<NamedTensor>& copies,
 				   const nlohmann::json& metadata)
 {
+	struct MarkDone {
+		std::atomic<bool>& flag;
+		~MarkDone() { flag = true; }
+	} mark_done{snapshot.done};
 	snapshot.problem = problem_of([&] {
 		fs::create_directories(step_dir);
 		write_file_durably(path, serialize_checkpoint(metadata, copies));
@@ -402,10 +417,7 @@ void Checkpointer::finish_snapshot(Snapshot& snapshot, const TrainingPosition& p
 
 int64_t Checkpointer::finish_snapshots()
 {
-	if (snapshot_ && snapshot_->writer.joinable())
-		snapshot_->writer.join();
-	if (snapshot_ && !snapshot_->problem.empty())
-		snapshot_problems_.push_back(snapshot_->problem);
+	join_snapshot("checkpoint: every owner's file of the last snapshot");
 	snapshot_.reset();
 	agree(topology_.world(), snapshot_problems_.empty() ? std::string() : snapshot_problems_.front());
 	return snapshots_;

@@ -114,6 +114,7 @@ private:
 	void write_manifest(const Pending& p) const;
 	void write_manifest(const TrainingPosition& position, const std::string& step_dir, bool later_are_superseded) const;
 	std::vector<NamedTensor> host_copies(nlohmann::json* pieces) const;
+	void join_snapshot(const char* where);
 	void finish_snapshot(Snapshot& snapshot, const TrainingPosition& position, const std::string& step_dir,
 			     const std::string& path, const std::vector<NamedTensor>& copies, const nlohmann::json& metadata);
 	void prune(int64_t just_written, bool later_are_superseded) const;
