@@ -104,12 +104,18 @@ with tempfile.TemporaryDirectory(prefix="tower-slurm-hosts-") as tmp:
         elastic = [json.loads(x.split("summary ", 1)[1]) for x in out.splitlines()
                    if x.startswith("tower elastic: summary ")]
         elastic = elastic[0] if elastic else {}
-        if (not towers or elastic.get("generations") != 2 or elastic.get("world_size") != 2 or
-                "rank 2 on host2 killed by signal 9" not in out or elastic.get("exit_status") != 0):
+        # mpirun names the killed rank, and the job goes on at 2 nodes. Under Slurm, Open MPI 4.1's
+        # mpirun has also been seen to die of SIGSEGV (exit 139) while handling the kill, before it
+        # said which rank died: the launcher then knows of no lost rank, every node answers its
+        # probe, and it relaunches at the same size, which must complete as well.
+        history = elastic.get("history", [])
+        named = "rank 2 on host2 killed by signal 9" in out
+        if (not towers or elastic.get("generations") != 2 or elastic.get("exit_status") != 0 or len(history) != 2 or
+                elastic.get("world_size") != (2 if named else 3) or
+                not (named or history[0].get("status") == 139)):
             fail(f"elastic under Slurm (job {job_id}, killed {towers}): {elastic} {out[-3000:]}")
-        history = elastic["history"]
-        print(f"sbatch -N 3 with checkpoints: tower elastic went on at 2 nodes after the kill on host2, "
-              f"{history[0].get('steps_lost')} step(s) lost, first step {history[1].get('restart_s', -1):.1f} s "
-              f"after the failure")
+        print(f"sbatch -N 3 with checkpoints: tower elastic went on at {elastic['world_size']} nodes after the kill on "
+              f"host2 ({history[0].get('ended')}), {history[0].get('steps_lost')} step(s) lost, first step "
+              f"{history[1].get('restart_s', -1):.1f} s after the failure")
     finally:
         run("down", timeout=60)
