@@ -68,8 +68,6 @@ void read_train_command(ElasticOptions& o)
 	o.strategy = option_value(o.command, "--strategy").value_or("replicated");
 	if (const auto k = option_value(o.command, "--ps-ranks"))
 		o.ps_ranks = to_int("--ps-ranks", *k);
-	if (const auto n = option_value(o.command, "--replicas-to-aggregate"))
-		o.replicas_to_aggregate = to_int("--replicas-to-aggregate", *n);
 	if (option_value(o.command, "--groups"))
 		throw Error("tower elastic: --groups cannot be checkpointed (each group holds its own parameters), so a "
 			    "restart could not resume it; drop --groups");

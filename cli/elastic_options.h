@@ -20,7 +20,6 @@ struct ElasticOptions {
 	// Read from the train command: what a restart needs and what bounds the size.
 	std::string checkpoint_dir;
 	int ps_ranks = 0;
-	int replicas_to_aggregate = 0;
 	std::string strategy = "replicated";
 };
 
@@ -28,8 +27,7 @@ struct ElasticOptions {
 // wrong and what to give instead.
 ElasticOptions parse_elastic_options(const std::vector<std::string>& args);
 
-// The smallest world size the train command's strategy runs at (a parameter server needs a
-// worker beside its servers; sync-replicas needs as many workers as it aggregates).
+// The smallest world size the train command's strategy runs at (servers need a worker beside them).
 int smallest_size(const ElasticOptions& o);
 
 // The value of `--name VALUE` or `--name=VALUE` in `args`; nullopt when absent.
