@@ -146,8 +146,6 @@ int run_elastic(const ElasticOptions& opt)
 	if (!opt.hostfile.empty() && total_slots(sizing.hosts) < opt.np)
 		throw Error(fmt::format("tower elastic -np {}: the hostfile {} has {} slot(s)", opt.np, opt.hostfile,
 					total_slots(sizing.hosts)));
-	const bool user_resumes = option_value(opt.command, "--resume").has_value() ||
-				  std::find(opt.command.begin(), opt.command.end(), "--resume") != opt.command.end();
 	nlohmann::json history = nlohmann::json::array();
 	int64_t steps_lost = 0;
 	std::optional<Clock::time_point> previous_failure;
@@ -162,9 +160,14 @@ int run_elastic(const ElasticOptions& opt)
 			argv.insert(argv.end(), {"--hostfile", file});
 		}
 		argv.push_back(self_path());
-		argv.insert(argv.end(), opt.command.begin(), opt.command.end());
+		// A relaunch resumes from the newest checkpoint of its own directory, not from where the
+		// first generation was told to start (a --resume PATH of the command would lose every
+		// step since); with none there yet, the command runs as given.
 		const int64_t checkpoint = latest_checkpoint(opt.checkpoint_dir);
-		if (generation > 1 && !user_resumes && checkpoint >= 0)
+		const bool relaunch_resumes = generation > 1 && checkpoint >= 0;
+		const std::vector<std::string> command = relaunch_resumes ? without_resume(opt.command) : opt.command;
+		argv.insert(argv.end(), command.begin(), command.end());
+		if (relaunch_resumes)
 			argv.push_back("--resume");
 		say(fmt::format("generation {}: {} rank(s){}{}", generation, sizing.size,
 				opt.hostfile.empty() ? std::string() : fmt::format(" on {} host(s)", sizing.hosts.size()),

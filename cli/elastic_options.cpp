@@ -87,6 +87,22 @@ std::optional<std::string> option_value(const std::vector<std::string>& args, co
 	return found;
 }
 
+std::vector<std::string> without_resume(const std::vector<std::string>& command)
+{
+	std::vector<std::string> out;
+	for (size_t i = 0; i < command.size(); ++i) {
+		if (command[i].rfind("--resume=", 0) == 0)
+			continue;
+		if (command[i] == "--resume") {
+			if (i + 1 < command.size() && command[i + 1].rfind("-", 0) != 0)
+				++i;
+			continue;
+		}
+		out.push_back(command[i]);
+	}
+	return out;
+}
+
 ElasticOptions parse_elastic_options(const std::vector<std::string>& args)
 {
 	ElasticOptions o;

@@ -33,6 +33,10 @@ int smallest_size(const ElasticOptions& o);
 // The value of `--name VALUE` or `--name=VALUE` in `args`; nullopt when absent.
 std::optional<std::string> option_value(const std::vector<std::string>& args, const std::string& name);
 
+// The train command less its --resume [PATH] (or --resume=PATH): what a relaunch runs before it
+// adds a bare --resume of its own.
+std::vector<std::string> without_resume(const std::vector<std::string>& command);
+
 // The usage text after `tower elastic --help`.
 extern const char* const elastic_usage;
 

@@ -26,6 +26,11 @@ TEST_CASE("elastic options: its own, mpirun's in order, and the train command's"
 	CHECK(o.ps_ranks == 1);
 	CHECK(smallest_size(o) == 2);
 	CHECK(option_value({"--checkpoint-dir=x"}, "--checkpoint-dir") == "x");
+	// A relaunch drops the command's own --resume, which would go back to the first start.
+	CHECK(without_resume({"train", "--resume", "old/step-0000000100", "--epochs", "2"}) ==
+	      std::vector<std::string>{"train", "--epochs", "2"});
+	CHECK(without_resume({"train", "--resume", "--epochs", "2"}) == std::vector<std::string>{"train", "--epochs", "2"});
+	CHECK(without_resume({"train", "--resume=old", "--lr", "0.1"}) == std::vector<std::string>{"train", "--lr", "0.1"});
 }
 
 TEST_CASE("elastic options: what is wrong is named")
