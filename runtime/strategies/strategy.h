@@ -41,6 +41,10 @@ struct ReplicatedOptions {
 	// Where the replicas share a node's memory (CPU towers, hierarchical mode), split the update
 	// across them: see runtime/strategies/replicated/sharded_update.h. The result is the same either way.
 	bool shard_update = true;
+	// Run the collective (and, compressed, its casts) even in a replica group of one, where it
+	// changes nothing but the compression's rounding. Not a user option: it lets a one-GPU
+	// machine drive the NCCL path, compression and overlap ordering that two GPUs would.
+	bool reduce_alone = false;
 };
 
 // What one training step did on this rank, for the trainer's logs and metrics. A strategy fills

@@ -1,5 +1,7 @@
 // GPU test: the replicated strategy end to end on CUDA (every all-reduce mode, overlap on and off,
-// with and without bf16 compression) against the same training on the CPU backend.
+// with and without bf16 compression) against the same training on the CPU backend. Every run goes
+// through the collective even at one rank (reduce_alone), so a one-GPU machine drives NCCL, the
+// compression casts and the overlap's ordering too.
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -25,6 +27,7 @@ tower::test::RunSpec spec_for(const Device& device, AllReduceMode mode, bool ove
 	spec.options.overlap = overlap;
 	spec.options.compress = compress;
 	spec.options.fusion_mb = 0.01; // several buckets, so backward and the all-reduce can overlap
+	spec.options.reduce_alone = true;
 	return spec;
 }
 

@@ -79,7 +79,7 @@ ReplicatedEngine::ReplicatedEngine(const Topology& topology, const Device& devic
 							  optimizer_, compute_type_);
 	else
 		update_ = std::make_unique<WholeUpdate>(*all_reduce_, plan_, bucket_storage_, compressed_storage_, device_,
-							options_.reduce, parameters_, optimizer_);
+							options_.reduce, parameters_, optimizer_, options_.reduce_alone);
 	if (options_.overlap) {
 		// CUDA's current device is per host thread: the casts, copies and collectives of the
 		// communication thread must run on this rank's GPU, not on device 0.

@@ -9,16 +9,16 @@ namespace tower {
 
 WholeUpdate::WholeUpdate(AllReduce& all_reduce, const BucketPlan& plan, const std::vector<Tensor>& buckets,
 			 const std::vector<Tensor>& compressed, const Device& device, ReduceOp op,
-			 const std::vector<Parameter*>& parameters, Optimizer& optimizer)
+			 const std::vector<Parameter*>& parameters, Optimizer& optimizer, bool reduce_alone)
 	: all_reduce_(all_reduce), plan_(plan), buckets_(buckets), compressed_(compressed), device_(device), op_(op),
-	  parameters_(parameters), optimizer_(optimizer)
+	  parameters_(parameters), optimizer_(optimizer), reduce_alone_(reduce_alone)
 {
 }
 
 void WholeUpdate::reduce(size_t b)
 {
 	const Bucket& bucket = plan_.buckets[b];
-	if (all_reduce_.group_size() == 1)
+	if (all_reduce_.group_size() == 1 && !reduce_alone_)
 		return; // a group of one: the sum and the mean are the gradient itself
 	if (compressed_.empty()) {
 		all_reduce_.run_in_place(buckets_[b].data(), bucket.count(), bucket.dtype, op_);

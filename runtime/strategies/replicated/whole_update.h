@@ -14,10 +14,11 @@ namespace tower {
 class WholeUpdate final : public GradientUpdate {
 public:
 	// `buckets` hold the gradients; `compressed`, when not empty, a 16-bit twin of each bucket
-	// that travels instead. Everything passed must outlive this object.
+	// that travels instead. With `reduce_alone`, a group of one runs the collective too (see
+	// ReplicatedOptions::reduce_alone). Everything passed must outlive this object.
 	WholeUpdate(AllReduce& all_reduce, const BucketPlan& plan, const std::vector<Tensor>& buckets,
 		    const std::vector<Tensor>& compressed, const Device& device, ReduceOp op,
-		    const std::vector<Parameter*>& parameters, Optimizer& optimizer);
+		    const std::vector<Parameter*>& parameters, Optimizer& optimizer, bool reduce_alone = false);
 
 	void reduce(size_t b) override;
 	bool finish(float factor, float lr, double* grad_norm) override;
@@ -32,6 +33,7 @@ private:
 	ReduceOp op_;
 	const std::vector<Parameter*>& parameters_;
 	Optimizer& optimizer_;
+	bool reduce_alone_;
 };
 
 } // namespace tower
