@@ -11,6 +11,7 @@
 #include "base/error.h"
 #include "base/fatal.h"
 #include "base/device/gpu_runtime.h"
+#include "base/device/stream.h"
 #include "base/mpi/mpi_check.h"
 #include "base/mpi/topology.h"
 #include "base/watchdog/watched_wait.h"
@@ -131,15 +132,17 @@ public:
 
 private:
 	// Every call may come from another host thread (the communication thread), and CUDA's current
-	// device is per thread. The buffers were written by work on the default stream (backward's
-	// kernels, cuBLAS, casts, packing, cudaMemset): the communication stream waits for all of it,
-	// or a collective could read a bucket before it holds the gradients.
+	// device is per thread. The buffers were written by work on the calling thread's stream
+	// (base/device/stream.h: backward's kernels, cuBLAS, casts, packing and fills on the default
+	// stream; a bucket's casts on the communication thread's own, which waited for the bucket's
+	// marker): NCCL's stream waits for all of it, or a collective could read a bucket before it
+	// holds the gradients.
 	void begin()
 	{
 		TOWER_CHECK(comm_, "NCCL communicator of rank {} of {} was aborted after an earlier failure; "
 			    "create a new one", rank_, size_);
 		select_gpu(device_.index);
-		TOWER_CUDA(cudaEventRecord(inputs_ready_, cudaStreamLegacy));
+		TOWER_CUDA(cudaEventRecord(inputs_ready_, static_cast<cudaStream_t>(thread_stream())));
 		TOWER_CUDA(cudaStreamWaitEvent(stream_, inputs_ready_, 0));
 	}
 

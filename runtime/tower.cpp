@@ -57,7 +57,7 @@ StepStats Tower::step(const Batch& batch, float lr)
 	backward(true);
 	// On a GPU backward returns once its kernels are queued: wait for them, so compute_s counts
 	// the kernels rather than their launches.
-	wait_default_stream(device_);
+	wait_thread_stream(device_);
 	const double compute_s = seconds_since(start);
 	StepStats stats = optimizer_.step(lr);
 	stats.forward = result;

@@ -3,6 +3,7 @@
 
 #include "base/device/cuda_check.h"
 #include "base/device/gpu_runtime.h"
+#include "base/device/stream.h"
 #include "base/tensor/memory.h"
 #include "base/tensor/memory_host.h"
 #include "base/tensor/memory_ledger.h"
@@ -72,10 +73,46 @@ void copy_bytes(void* dst, const Device& dst_device, const void* src, const Devi
 	select_gpu(dst_device.is_cuda() ? dst_device.index : src_device.index);
 	// cudaMemcpyDefault infers the direction from unified addressing. A plain cudaMemcpy may return
 	// before a device-to-device or pageable host-to-device copy is done; the promise is that the
-	// copy is complete, so wait for the default stream (and only it: a collective in flight on the
-	// communication stream is not this copy's business).
-	TOWER_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, cudaStreamLegacy));
-	TOWER_CUDA(cudaStreamSynchronize(cudaStreamLegacy));
+	// copy is complete, so wait for this thread's stream (and only it: a collective in flight on
+	// the communication stream is not this copy's business).
+	const auto stream = static_cast<cudaStream_t>(thread_stream());
+	TOWER_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream));
+	TOWER_CUDA(cudaStreamSynchronize(stream));
+}
+
+void upload_bytes_async(void* dst, const Device& dst_device, const void* src, size_t bytes)
+{
+	if (!dst_device.is_cuda()) {
+		copy_bytes(dst, dst_device, src, Device{}, bytes);
+		return;
+	}
+	if (bytes == 0)
+		return;
+	select_gpu(dst_device.index);
+	TOWER_CUDA(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(thread_stream())));
+}
+
+void* pinned_host_alloc(const Device& device, size_t bytes)
+{
+	if (!device.is_cuda())
+		return bytes ? host_alloc(bytes) : nullptr;
+	if (bytes == 0)
+		return nullptr;
+	select_gpu(device.index);
+	void* p = nullptr;
+	const cudaError_t rc = cudaMallocHost(&p, bytes);
+	if (rc != cudaSuccess)
+		throw Error(fmt::format("cudaMallocHost of {} bytes of pinned host memory for {} failed: {}", bytes,
+					device.name(), cudaGetErrorString(rc)));
+	return p;
+}
+
+void pinned_host_free(const Device& device, void* pointer) noexcept
+{
+	if (!device.is_cuda())
+		host_free(pointer);
+	else if (pointer)
+		cudaFreeHost(pointer);
 }
 
 void zero_bytes(void* pointer, const Device& device, size_t bytes)
@@ -86,7 +123,7 @@ void zero_bytes(void* pointer, const Device& device, size_t bytes)
 		std::memset(pointer, 0, bytes);
 	} else {
 		select_gpu(device.index);
-		TOWER_CUDA(cudaMemset(pointer, 0, bytes));
+		TOWER_CUDA(cudaMemsetAsync(pointer, 0, bytes, static_cast<cudaStream_t>(thread_stream())));
 	}
 }
 
@@ -107,11 +144,11 @@ void device_synchronize(const Device& device)
 	}
 }
 
-void wait_default_stream(const Device& device)
+void wait_thread_stream(const Device& device)
 {
 	if (device.is_cuda()) {
 		select_gpu(device.index);
-		TOWER_CUDA(cudaStreamSynchronize(cudaStreamLegacy));
+		TOWER_CUDA(cudaStreamSynchronize(static_cast<cudaStream_t>(thread_stream())));
 	}
 }
 

@@ -38,6 +38,22 @@ void copy_bytes(void* dst, const Device& dst_device, const void* src, const Devi
 		std::memcpy(dst, src, bytes);
 }
 
+void upload_bytes_async(void* dst, const Device& dst_device, const void* src, size_t bytes)
+{
+	copy_bytes(dst, dst_device, src, Device{}, bytes);
+}
+
+void* pinned_host_alloc(const Device& device, size_t bytes)
+{
+	require_cpu(device);
+	return bytes ? host_alloc(bytes) : nullptr;
+}
+
+void pinned_host_free(const Device&, void* pointer) noexcept
+{
+	host_free(pointer);
+}
+
 void zero_bytes(void* pointer, const Device& device, size_t bytes)
 {
 	require_cpu(device);
@@ -56,7 +72,7 @@ void device_synchronize(const Device& device)
 	require_cpu(device);
 }
 
-void wait_default_stream(const Device& device)
+void wait_thread_stream(const Device& device)
 {
 	require_cpu(device);
 }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "base/tensor/tensor.h"
 
@@ -153,6 +154,8 @@ public:
 	virtual bool all_finite(const Tensor& x) const = 0;
 	virtual double sum_of_squares(const Tensor& x) const = 0;
 	virtual void scale(const Tensor& x, float factor) const = 0;
+	// The sum over xs of sum_of_squares(x), added in xs' order; on a GPU one read for all of them.
+	virtual double sum_of_squares_all(const std::vector<Tensor>& xs) const;
 };
 
 // The backend for tensors on `device`. Throws tower::Error when the build has no backend for it.
@@ -165,6 +168,8 @@ const Ops& cuda_ops(int device_index);
 // The gradient-hygiene operations on the backend of x's device.
 bool all_finite(const Tensor& x);
 double sum_of_squares(const Tensor& x);
+// sum_of_squares_all on the backend of xs' device (0 for none).
+double sum_of_squares_all(const std::vector<Tensor>& xs);
 void scale(const Tensor& x, float factor);
 
 } // namespace tower

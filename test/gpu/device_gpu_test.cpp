@@ -42,7 +42,7 @@ TEST_CASE("copy_bytes between device buffers returns after the copy, behind a sl
 	const size_t count = 4096;
 	Tensor a = Tensor::zeros({static_cast<int64_t>(count)}, DType::f32, g);
 	Tensor b = Tensor::zeros({static_cast<int64_t>(count)}, DType::f32, g);
-	wait_default_stream(g);
+	wait_thread_stream(g);
 	REQUIRE(tower::test::launch_slow_fill(a.data_as<float>(), count, 3.0f, 0.5f, 200) == 0);
 	copy_bytes(b.data(), g, a.data(), g, count * sizeof(float));
 	CHECK(cudaStreamQuery(cudaStreamLegacy) == cudaSuccess); // nothing left in flight

@@ -53,7 +53,7 @@ StepStats ModelEngine::step(const Tensor& images, const Tensor& labels, float lr
 	const ForwardResult result = model_.forward(images, labels);
 	const GradReadyFn ready = begin_final_backward();
 	model_.backward(ready, {passes_ > 0, scaler_.scale()});
-	wait_default_stream(model_.parameters().front()->value.device());
+	wait_thread_stream(model_.parameters().front()->value.device());
 	const double compute_s = seconds_since(start);
 	StepRequest request;
 	request.lr = lr;

@@ -24,6 +24,19 @@ double sum_of_squares(const Tensor& x)
 	return ops_for(x.device()).sum_of_squares(x);
 }
 
+double Ops::sum_of_squares_all(const std::vector<Tensor>& xs) const
+{
+	double total = 0;
+	for (const Tensor& x : xs)
+		total += sum_of_squares(x);
+	return total;
+}
+
+double sum_of_squares_all(const std::vector<Tensor>& xs)
+{
+	return xs.empty() ? 0.0 : ops_for(xs.front().device()).sum_of_squares_all(xs);
+}
+
 void scale(const Tensor& x, float factor)
 {
 	ops_for(x.device()).scale(x, factor);

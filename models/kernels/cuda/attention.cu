@@ -78,7 +78,7 @@ void causal_softmax_forward(DType t, const void* scores, float scale, void* prob
 	const auto blocks = static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block);
 	with_float_type(t, [&](auto tag) {
 		using T = decltype(tag);
-		causal_softmax_kernel<<<blocks, block_threads>>>(static_cast<const T*>(scores), scale,
+		causal_softmax_kernel<<<blocks, block_threads, 0, stream()>>>(static_cast<const T*>(scores), scale,
 								  static_cast<T*>(probs), rows, time);
 	});
 	check_launch("causal_softmax_forward");
@@ -93,7 +93,7 @@ void causal_softmax_backward(DType t, const void* probs, const void* dprobs, flo
 	const auto blocks = static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block);
 	with_float_type(t, [&](auto tag) {
 		using T = decltype(tag);
-		causal_softmax_backward_kernel<<<blocks, block_threads>>>(static_cast<const T*>(probs),
+		causal_softmax_backward_kernel<<<blocks, block_threads, 0, stream()>>>(static_cast<const T*>(probs),
 									   static_cast<const T*>(dprobs), scale,
 									   static_cast<T*>(dscores), rows, time);
 	});
@@ -108,7 +108,7 @@ void permute_heads(DType t, void* rows, int64_t width, int64_t offset, void* hea
 		return;
 	with_float_type(t, [&](auto tag) {
 		using T = decltype(tag);
-		permute_heads_kernel<<<grid_for(n), block_threads>>>(static_cast<T*>(rows), width, offset,
+		permute_heads_kernel<<<grid_for(n), block_threads, 0, stream()>>>(static_cast<T*>(rows), width, offset,
 								      static_cast<T*>(heads), batch, head_count, time,
 								      head_dim, to_heads);
 	});

@@ -11,6 +11,7 @@
 #include "base/device/cuda_check.h"
 #include "base/tensor/memory.h"
 #include "base/device/gpu_runtime.h"
+#include "base/device/thread_stream.h"
 
 namespace tower {
 
@@ -50,8 +51,7 @@ CudaOps::CudaOps(int device_index) : device_{DeviceKind::cuda, device_index}
 {
 	select_gpu(device_index);
 	check_cublas(cublasCreate(&cublas_), "cublasCreate");
-	xent_totals_ = Tensor::zeros({2}, DType::f32, device_);
-	xent_bad_label_ = Tensor::zeros({1}, DType::i32, device_);
+	xent_results_ = Tensor::zeros({3}, DType::f32, device_);
 	square_partials_ = Tensor::empty({cuda::max_partials}, DType::f64, device_);
 	square_total_ = Tensor::empty({1}, DType::f64, device_);
 }
@@ -60,6 +60,13 @@ CudaOps::~CudaOps()
 {
 	if (cublas_)
 		cublasDestroy(cublas_);
+}
+
+cublasHandle_t CudaOps::blas() const
+{
+	// The GEMMs go where the calling thread's kernels go (base/device/stream.h).
+	check_cublas(cublasSetStream(cublas_, static_cast<cudaStream_t>(thread_stream())), "cublasSetStream");
+	return cublas_;
 }
 
 void CudaOps::expect_here(const Tensor& t, const char* what) const
@@ -81,14 +88,14 @@ void CudaOps::gemm(Transpose ta, Transpose tb, float alpha, const Tensor& a, con
 	if (c.dtype() != DType::f32) {
 		// 16-bit operands and result, f32 accumulation and f32 alpha/beta.
 		const cudaDataType_t type = cublas_type(c.dtype());
-		check_cublas(cublasGemmEx(cublas_, flag(tb), flag(ta), static_cast<int>(d.n), static_cast<int>(d.m),
+		check_cublas(cublasGemmEx(blas(), flag(tb), flag(ta), static_cast<int>(d.n), static_cast<int>(d.m),
 					  static_cast<int>(d.k), &alpha, b.data(), type, static_cast<int>(b.dim(1)),
 					  a.data(), type, static_cast<int>(a.dim(1)), &beta, c.data(), type,
 					  static_cast<int>(c.dim(1)), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
 			     "cublasGemmEx");
 		return;
 	}
-	check_cublas(cublasSgemm(cublas_, flag(tb), flag(ta), static_cast<int>(d.n), static_cast<int>(d.m),
+	check_cublas(cublasSgemm(blas(), flag(tb), flag(ta), static_cast<int>(d.n), static_cast<int>(d.m),
 				 static_cast<int>(d.k), &alpha, b.data_as<float>(), static_cast<int>(b.dim(1)),
 				 a.data_as<float>(), static_cast<int>(a.dim(1)), &beta, c.data_as<float>(),
 				 static_cast<int>(c.dim(1))),
@@ -106,7 +113,7 @@ void CudaOps::gemm_batched(Transpose ta, Transpose tb, float alpha, const Tensor
 	// Column-major as in gemm(): the operands swap places; each item follows the one before.
 	const auto flag = [](Transpose t) { return t == Transpose::yes ? CUBLAS_OP_T : CUBLAS_OP_N; };
 	const cudaDataType_t type = cublas_type(c.dtype());
-	check_cublas(cublasGemmStridedBatchedEx(cublas_, flag(tb), flag(ta), static_cast<int>(d.n), static_cast<int>(d.m),
+	check_cublas(cublasGemmStridedBatchedEx(blas(), flag(tb), flag(ta), static_cast<int>(d.n), static_cast<int>(d.m),
 						static_cast<int>(d.k), &alpha, b.data(), type, static_cast<int>(b.dim(2)),
 						b.dim(1) * b.dim(2), a.data(), type, static_cast<int>(a.dim(2)),
 						a.dim(1) * a.dim(2), &beta, c.data(), type, static_cast<int>(c.dim(2)),
@@ -211,17 +218,23 @@ XentResult CudaOps::softmax_xent_forward(const Tensor& logits, const Tensor& lab
 	const int64_t rows = logits.dim(0);
 	if (xent_rows_.numel() < 2 * rows)
 		xent_rows_ = Tensor::empty({2 * rows}, DType::f32, device_);
+	// The loss and correct totals (two f32) and the bad-label flag (an i32) share one buffer, so
+	// one copy (one wait) brings all three back.
+	struct Results {
+		float totals[2];
+		int32_t bad_label;
+	};
+	static_assert(sizeof(Results) == 3 * sizeof(float));
+	auto* results = static_cast<Results*>(xent_results_.data());
 	// The kernel only ever sets the flag: clear it, or one bad batch fails every later forward.
-	zero_bytes(xent_bad_label_.data(), device_, xent_bad_label_.bytes());
+	zero_bytes(&results->bad_label, device_, sizeof(int32_t));
 	cuda::softmax_xent_forward(logits.dtype(), logits.data(), labels.data_as<int32_t>(), probs.data(),
-				   xent_rows_.data_as<float>(), xent_totals_.data_as<float>(),
-				   xent_bad_label_.data_as<int32_t>(), rows, logits.dim(1));
-	float totals[2] = {0.0f, 0.0f};
-	int32_t bad = 0;
-	copy_bytes(totals, Device{}, xent_totals_.data(), device_, sizeof totals);
-	copy_bytes(&bad, Device{}, xent_bad_label_.data(), device_, sizeof bad);
-	TOWER_CHECK(bad == 0, "a label is outside [0, {}); check the data set's labels", logits.dim(1));
-	return {rows > 0 ? totals[0] / static_cast<float>(rows) : 0.0f, static_cast<int64_t>(totals[1])};
+				   xent_rows_.data_as<float>(), results->totals, &results->bad_label, rows,
+				   logits.dim(1));
+	Results got{};
+	copy_bytes(&got, Device{}, results, device_, sizeof got);
+	TOWER_CHECK(got.bad_label == 0, "a label is outside [0, {}); check the data set's labels", logits.dim(1));
+	return {rows > 0 ? got.totals[0] / static_cast<float>(rows) : 0.0f, static_cast<int64_t>(got.totals[1])};
 }
 
 void CudaOps::softmax_xent_backward(const Tensor& probs, const Tensor& labels, const Tensor& dlogits,
@@ -253,10 +266,21 @@ bool CudaOps::all_finite(const Tensor& x) const
 
 double CudaOps::sum_of_squares(const Tensor& x) const
 {
-	expect_f32(x, "gradient");
-	expect_here(x, "gradient");
-	cuda::sum_of_squares(x.data_as<float>(), x.numel(), square_partials_.data_as<double>(),
-			     square_total_.data_as<double>());
+	return sum_of_squares_all({x});
+}
+
+double CudaOps::sum_of_squares_all(const std::vector<Tensor>& xs) const
+{
+	// Each tensor's total is added to the last on the device, in order: the same sums as the
+	// default's, with one copy back (a wait for the stream) for all of them.
+	for (size_t i = 0; i < xs.size(); ++i) {
+		expect_f32(xs[i], "gradient");
+		expect_here(xs[i], "gradient");
+		cuda::sum_of_squares(xs[i].data_as<float>(), xs[i].numel(), square_partials_.data_as<double>(),
+				     square_total_.data_as<double>(), i > 0);
+	}
+	if (xs.empty())
+		return 0.0;
 	double total = 0.0;
 	copy_bytes(&total, Device{}, square_total_.data(), device_, sizeof total);
 	return total;

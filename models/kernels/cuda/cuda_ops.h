@@ -50,18 +50,20 @@ public:
 				bool accumulate) const override;
 	bool all_finite(const Tensor& x) const override;
 	double sum_of_squares(const Tensor& x) const override;
+	double sum_of_squares_all(const std::vector<Tensor>& xs) const override;
 	void scale(const Tensor& x, float factor) const override;
 
 private:
 	void expect_here(const Tensor& t, const char* what) const;
+	// The cuBLAS handle, bound to the calling thread's stream.
+	cublasHandle_t blas() const;
 
 	Device device_;
 	cublasHandle_t cublas_ = nullptr;
-	// Per-row losses and flags, the two totals, and the bad-label flag of the cross-entropy;
-	// grown to the largest batch seen and then reused.
+	// Per-row losses and flags (grown to the largest batch seen and then reused), and the two
+	// totals and the bad-label flag of the cross-entropy, side by side.
 	mutable Tensor xent_rows_;
-	Tensor xent_totals_;
-	Tensor xent_bad_label_;
+	Tensor xent_results_;
 	// Per-block partial sums and the total of sum_of_squares.
 	Tensor square_partials_;
 	Tensor square_total_;

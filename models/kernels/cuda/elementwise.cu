@@ -103,7 +103,7 @@ void fill(DType t, void* x, int64_t n, float value)
 {
 	with_float_type(t, [&](auto tag) {
 		using T = decltype(tag);
-		fill_kernel<<<grid_for(n), block_threads>>>(static_cast<T*>(x), n, value);
+		fill_kernel<<<grid_for(n), block_threads, 0, stream()>>>(static_cast<T*>(x), n, value);
 	});
 	check_launch("fill");
 }
@@ -112,7 +112,7 @@ void axpy(DType t, float alpha, const void* x, void* y, int64_t n)
 {
 	with_float_type(t, [&](auto tag) {
 		using T = decltype(tag);
-		axpy_kernel<<<grid_for(n), block_threads>>>(alpha, static_cast<const T*>(x), static_cast<T*>(y), n);
+		axpy_kernel<<<grid_for(n), block_threads, 0, stream()>>>(alpha, static_cast<const T*>(x), static_cast<T*>(y), n);
 	});
 	check_launch("axpy");
 }
@@ -122,7 +122,7 @@ void bias_act(DType t, void* y, const void* bias, int64_t outer, int64_t channel
 	const int64_t n = outer * channels * inner;
 	with_float_type(t, [&](auto tag) {
 		using T = decltype(tag);
-		bias_act_kernel<<<grid_for(n), block_threads>>>(static_cast<T*>(y), static_cast<const T*>(bias), n,
+		bias_act_kernel<<<grid_for(n), block_threads, 0, stream()>>>(static_cast<T*>(y), static_cast<const T*>(bias), n,
 								 channels, inner, relu);
 	});
 	check_launch("bias_act");
@@ -134,7 +134,7 @@ void bias_grad(DType t, const void* dy, void* db, int64_t outer, int64_t channel
 		return;
 	with_float_type(t, [&](auto tag) {
 		using T = decltype(tag);
-		bias_grad_kernel<<<static_cast<unsigned>(channels), block_threads>>>(
+		bias_grad_kernel<<<static_cast<unsigned>(channels), block_threads, 0, stream()>>>(
 			static_cast<const T*>(dy), static_cast<T*>(db), outer, channels, inner, accumulate);
 	});
 	check_launch("bias_grad");
@@ -144,7 +144,7 @@ void relu_forward(DType t, const void* x, void* y, int64_t n)
 {
 	with_float_type(t, [&](auto tag) {
 		using T = decltype(tag);
-		relu_forward_kernel<<<grid_for(n), block_threads>>>(static_cast<const T*>(x), static_cast<T*>(y), n);
+		relu_forward_kernel<<<grid_for(n), block_threads, 0, stream()>>>(static_cast<const T*>(x), static_cast<T*>(y), n);
 	});
 	check_launch("relu_forward");
 }
@@ -153,7 +153,7 @@ void relu_backward(DType t, const void* y, const void* dy, void* dx, int64_t n)
 {
 	with_float_type(t, [&](auto tag) {
 		using T = decltype(tag);
-		relu_backward_kernel<<<grid_for(n), block_threads>>>(static_cast<const T*>(y), static_cast<const T*>(dy),
+		relu_backward_kernel<<<grid_for(n), block_threads, 0, stream()>>>(static_cast<const T*>(y), static_cast<const T*>(dy),
 								      static_cast<T*>(dx), n);
 	});
 	check_launch("relu_backward");
@@ -163,7 +163,7 @@ void gelu_forward(DType t, const void* x, void* y, int64_t n)
 {
 	with_float_type(t, [&](auto tag) {
 		using T = decltype(tag);
-		gelu_forward_kernel<<<grid_for(n), block_threads>>>(static_cast<const T*>(x), static_cast<T*>(y), n);
+		gelu_forward_kernel<<<grid_for(n), block_threads, 0, stream()>>>(static_cast<const T*>(x), static_cast<T*>(y), n);
 	});
 	check_launch("gelu_forward");
 }
@@ -172,7 +172,7 @@ void gelu_backward(DType t, const void* x, const void* dy, void* dx, int64_t n)
 {
 	with_float_type(t, [&](auto tag) {
 		using T = decltype(tag);
-		gelu_backward_kernel<<<grid_for(n), block_threads>>>(static_cast<const T*>(x), static_cast<const T*>(dy),
+		gelu_backward_kernel<<<grid_for(n), block_threads, 0, stream()>>>(static_cast<const T*>(x), static_cast<const T*>(dy),
 								      static_cast<T*>(dx), n);
 	});
 	check_launch("gelu_backward");
@@ -184,7 +184,7 @@ void cast(DType st, const void* src, DType dt, void* dst, int64_t n, bool accumu
 		with_float_type(dt, [&](auto dst_tag) {
 			using S = decltype(src_tag);
 			using D = decltype(dst_tag);
-			cast_kernel<<<grid_for(n), block_threads>>>(static_cast<const S*>(src), static_cast<D*>(dst), n,
+			cast_kernel<<<grid_for(n), block_threads, 0, stream()>>>(static_cast<const S*>(src), static_cast<D*>(dst), n,
 								     accumulate);
 		});
 	});

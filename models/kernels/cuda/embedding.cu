@@ -54,7 +54,7 @@ void split_windows(const int32_t* windows, int32_t* inputs, int32_t* targets, in
 {
 	if (batch * time == 0)
 		return;
-	split_windows_kernel<<<grid_for(batch * time), block_threads>>>(windows, inputs, targets, batch, time);
+	split_windows_kernel<<<grid_for(batch * time), block_threads, 0, stream()>>>(windows, inputs, targets, batch, time);
 	check_launch("split_windows");
 }
 
@@ -65,7 +65,7 @@ void embedding_forward(DType t, const int32_t* tokens, const void* table, void* 
 		return;
 	with_float_type(t, [&](auto tag) {
 		using T = decltype(tag);
-		embedding_forward_kernel<<<grid_for(n * channels), block_threads>>>(
+		embedding_forward_kernel<<<grid_for(n * channels), block_threads, 0, stream()>>>(
 			tokens, static_cast<const T*>(table), static_cast<T*>(out), n, vocab, channels);
 	});
 	check_launch("embedding_forward");
@@ -78,7 +78,7 @@ void embedding_backward(DType t, const int32_t* tokens, const void* dout, float*
 		return;
 	with_float_type(t, [&](auto tag) {
 		using T = decltype(tag);
-		embedding_backward_kernel<<<grid_for(vocab * channels), block_threads>>>(
+		embedding_backward_kernel<<<grid_for(vocab * channels), block_threads, 0, stream()>>>(
 			tokens, static_cast<const T*>(dout), dtable, n, vocab, channels, accumulate);
 	});
 	check_launch("embedding_backward");

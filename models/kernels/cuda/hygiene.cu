@@ -31,7 +31,7 @@ __global__ void square_partials_kernel(const float* x, int64_t n, double* partia
 		partials[blockIdx.x] = sums[0];
 }
 
-__global__ void sum_partials_kernel(const double* partials, int64_t count, double* out)
+__global__ void sum_partials_kernel(const double* partials, int64_t count, double* out, bool accumulate)
 {
 	__shared__ double sums[block_threads];
 	double s = 0.0;
@@ -40,7 +40,7 @@ __global__ void sum_partials_kernel(const double* partials, int64_t count, doubl
 	sums[threadIdx.x] = s;
 	block_sum(sums);
 	if (threadIdx.x == 0)
-		*out = sums[0];
+		*out = accumulate ? *out + sums[0] : sums[0];
 }
 
 __global__ void scale_kernel(float* x, int64_t n, float factor)
@@ -51,18 +51,18 @@ __global__ void scale_kernel(float* x, int64_t n, float factor)
 
 } // namespace
 
-void sum_of_squares(const float* x, int64_t n, double* partials, double* out)
+void sum_of_squares(const float* x, int64_t n, double* partials, double* out, bool accumulate)
 {
 	const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(grid_for(n), max_partials));
-	square_partials_kernel<<<blocks, block_threads>>>(x, n, partials);
+	square_partials_kernel<<<blocks, block_threads, 0, stream()>>>(x, n, partials);
 	check_launch("sum_of_squares");
-	sum_partials_kernel<<<1, block_threads>>>(partials, blocks, out);
+	sum_partials_kernel<<<1, block_threads, 0, stream()>>>(partials, blocks, out, accumulate);
 	check_launch("sum_of_squares total");
 }
 
 void scale(float* x, int64_t n, float factor)
 {
-	scale_kernel<<<grid_for(n), block_threads>>>(x, n, factor);
+	scale_kernel<<<grid_for(n), block_threads, 0, stream()>>>(x, n, factor);
 	check_launch("scale");
 }
 

@@ -51,7 +51,7 @@ void im2col(DType t, const ConvGeometry& g, const void* image, void* col)
 {
 	with_float_type(t, [&](auto tag) {
 		using T = decltype(tag);
-		im2col_kernel<<<grid_for(g.col_rows() * g.col_cols()), block_threads>>>(g, static_cast<const T*>(image),
+		im2col_kernel<<<grid_for(g.col_rows() * g.col_cols()), block_threads, 0, stream()>>>(g, static_cast<const T*>(image),
 											static_cast<T*>(col));
 	});
 	check_launch("im2col");
@@ -61,7 +61,7 @@ void col2im(DType t, const ConvGeometry& g, const void* col, void* image)
 {
 	with_float_type(t, [&](auto tag) {
 		using T = decltype(tag);
-		col2im_kernel<<<grid_for(g.channels * g.height * g.width), block_threads>>>(g, static_cast<const T*>(col),
+		col2im_kernel<<<grid_for(g.channels * g.height * g.width), block_threads, 0, stream()>>>(g, static_cast<const T*>(col),
 											   static_cast<T*>(image));
 	});
 	check_launch("col2im");

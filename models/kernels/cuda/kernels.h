@@ -54,10 +54,10 @@ void embedding_forward(DType t, const int32_t* tokens, const void* table, void* 
 void embedding_backward(DType t, const int32_t* tokens, const void* dout, float* dtable, int64_t n, int64_t vocab,
 			int64_t channels, bool accumulate);
 
-// f32 x: the sum of squares into *out (f64) through `partials` (max_partials doubles), in a
-// fixed order; inf or NaN anywhere makes it non-finite.
+// f32 x: the sum of squares into *out (f64; added to it with `accumulate`) through `partials`
+// (max_partials doubles), in a fixed order; inf or NaN anywhere makes it non-finite.
 constexpr int64_t max_partials = 1024;
-void sum_of_squares(const float* x, int64_t n, double* partials, double* out);
+void sum_of_squares(const float* x, int64_t n, double* partials, double* out, bool accumulate);
 void scale(float* x, int64_t n, float factor);
 
 // Throws tower::Error for a dtype the kernels have no instantiation for (defined in C++, so fmt

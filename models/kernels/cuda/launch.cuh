@@ -8,12 +8,20 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "base/device/thread_stream.h"
 #include "models/kernels/cuda/kernels.h"
 #include "base/tensor/dtype.h"
 
 namespace tower::cuda {
 
 constexpr int block_threads = 256;
+
+// Every launch goes to the calling thread's stream (the default stream, or the communication
+// thread's own: base/device/stream.h).
+inline cudaStream_t stream()
+{
+	return static_cast<cudaStream_t>(::tower::thread_stream());
+}
 
 // Enough blocks to cover n threads, capped so grid-stride loops handle the rest.
 inline unsigned grid_for(int64_t n)

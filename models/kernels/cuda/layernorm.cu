@@ -104,7 +104,7 @@ void layernorm_forward(DType t, const void* x, const float* gamma, const float* 
 		return;
 	with_float_type(t, [&](auto tag) {
 		using T = decltype(tag);
-		layernorm_forward_kernel<<<row_blocks(rows), block_threads>>>(
+		layernorm_forward_kernel<<<row_blocks(rows), block_threads, 0, stream()>>>(
 			static_cast<const T*>(x), gamma, beta, eps, static_cast<T*>(y), mean, rstd, rows, channels);
 	});
 	check_launch("layernorm_forward");
@@ -117,11 +117,11 @@ void layernorm_backward(DType t, const void* dy, const void* x, const float* gam
 	with_float_type(t, [&](auto tag) {
 		using T = decltype(tag);
 		if (rows > 0)
-			layernorm_input_grad_kernel<<<row_blocks(rows), block_threads>>>(
+			layernorm_input_grad_kernel<<<row_blocks(rows), block_threads, 0, stream()>>>(
 				static_cast<const T*>(dy), static_cast<const T*>(x), gamma, mean, rstd,
 				static_cast<T*>(dx), rows, channels);
 		const auto column_blocks = static_cast<unsigned>((channels + warp - 1) / warp);
-		layernorm_param_grad_kernel<<<column_blocks, block_threads>>>(static_cast<const T*>(dy),
+		layernorm_param_grad_kernel<<<column_blocks, block_threads, 0, stream()>>>(static_cast<const T*>(dy),
 									       static_cast<const T*>(x), mean, rstd,
 									       dgamma, dbeta, rows, channels, accumulate);
 	});

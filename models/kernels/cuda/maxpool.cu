@@ -50,7 +50,7 @@ void maxpool_forward(DType t, const void* x, void* y, int32_t* argmax, int64_t p
 {
 	with_float_type(t, [&](auto tag) {
 		using T = decltype(tag);
-		maxpool_forward_kernel<<<grid_for(planes * (h / 2) * (w / 2)), block_threads>>>(
+		maxpool_forward_kernel<<<grid_for(planes * (h / 2) * (w / 2)), block_threads, 0, stream()>>>(
 			static_cast<const T*>(x), static_cast<T*>(y), argmax, planes, h, w);
 	});
 	check_launch("maxpool_forward");
@@ -61,7 +61,7 @@ void maxpool_backward(DType t, const void* dy, const int32_t* argmax, void* dx, 
 {
 	with_float_type(t, [&](auto tag) {
 		using T = decltype(tag);
-		maxpool_backward_kernel<<<grid_for(planes * h * w), block_threads>>>(
+		maxpool_backward_kernel<<<grid_for(planes * h * w), block_threads, 0, stream()>>>(
 			static_cast<const T*>(dy), argmax, static_cast<T*>(dx), planes, h, w);
 	});
 	check_launch("maxpool_backward");

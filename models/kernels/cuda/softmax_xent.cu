@@ -80,12 +80,12 @@ void softmax_xent_forward(DType t, const void* logits, const int32_t* labels, vo
 {
 	with_float_type(t, [&](auto tag) {
 		using T = decltype(tag);
-		softmax_rows_kernel<<<grid_for(rows), block_threads>>>(static_cast<const T*>(logits), labels,
+		softmax_rows_kernel<<<grid_for(rows), block_threads, 0, stream()>>>(static_cast<const T*>(logits), labels,
 									static_cast<T*>(probs), row_loss, bad_label, rows,
 									classes);
 	});
 	check_launch("softmax_xent_forward");
-	sum_rows_kernel<<<1, block_threads>>>(row_loss, totals, rows);
+	sum_rows_kernel<<<1, block_threads, 0, stream()>>>(row_loss, totals, rows);
 	check_launch("softmax_xent_forward sum");
 }
 
@@ -95,7 +95,7 @@ void softmax_xent_backward(DType t, const void* probs, const int32_t* labels, vo
 	const float per_row = scale / static_cast<float>(rows);
 	with_float_type(t, [&](auto tag) {
 		using T = decltype(tag);
-		softmax_xent_backward_kernel<<<grid_for(rows * classes), block_threads>>>(
+		softmax_xent_backward_kernel<<<grid_for(rows * classes), block_threads, 0, stream()>>>(
 			static_cast<const T*>(probs), labels, static_cast<T*>(dlogits), rows, classes, per_row);
 	});
 	check_launch("softmax_xent_backward");

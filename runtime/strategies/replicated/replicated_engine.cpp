@@ -15,6 +15,7 @@
 #include "models/kernels/ops.h"
 #include "base/error.h"
 #include "base/device/gpu_runtime.h"
+#include "base/device/stream.h"
 #include "base/tensor/memory.h"
 #include "base/mpi/agree.h"
 #include "base/mpi/mpi_check.h"
@@ -80,14 +81,28 @@ ReplicatedEngine::ReplicatedEngine(const Topology& topology, const Device& devic
 	else
 		update_ = std::make_unique<WholeUpdate>(*all_reduce_, plan_, bucket_storage_, compressed_storage_, device_,
 							options_.reduce, parameters_, optimizer_, options_.reduce_alone);
-	if (options_.overlap) {
-		// CUDA's current device is per host thread: the casts, copies and collectives of the
-		// communication thread must run on this rank's GPU, not on device 0.
-		comm_thread_ = std::make_unique<CommThread>([gpu = device_] {
-			if (gpu.is_cuda())
-				select_gpu(gpu.index);
-		});
+	if (options_.overlap)
+		start_comm_thread();
+}
+
+void ReplicatedEngine::start_comm_thread()
+{
+	if (device_.is_cuda()) {
+		// The communication thread's casts, copies and collectives go to a stream of their own:
+		// on the default stream they would queue behind the rest of backward. Each bucket's
+		// marker orders them after the kernels that wrote its gradients, and after no others.
+		comm_stream_ = std::make_unique<SideStream>(device_);
+		for (size_t b = 0; b < plan_.buckets.size(); ++b)
+			bucket_ready_.emplace_back(device_);
 	}
+	// CUDA's current device is per host thread: the communication thread's work must run on
+	// this rank's GPU, not on device 0.
+	comm_thread_ = std::make_unique<CommThread>([gpu = device_, stream = comm_stream_.get()] {
+		if (gpu.is_cuda()) {
+			select_gpu(gpu.index);
+			stream->adopt_on_this_thread();
+		}
+	});
 }
 
 ReplicatedEngine::~ReplicatedEngine()
@@ -188,10 +203,16 @@ size_t ReplicatedEngine::bytes_moved_per_step() const
 
 void ReplicatedEngine::reduce_bucket(size_t b)
 {
-	// On a GPU the collective waits for the kernels queued before it (see the NCCL communicator):
-	// the interval starts when they are done, so waiting for compute is not counted as hidden
-	// communication.
-	wait_default_stream(device_);
+	// On a GPU the collective waits for the kernels that wrote its bucket: the interval starts
+	// when they are done, so waiting for compute is not counted as hidden communication. On the
+	// communication thread that is the bucket's marker (its stream waits for the marker, and the
+	// host waits for it only to start the clock); without overlap, everything queued so far.
+	if (bucket_ready_.empty()) {
+		wait_thread_stream(device_);
+	} else {
+		bucket_ready_[b].make_thread_stream_wait();
+		bucket_ready_[b].synchronize();
+	}
 	timeline::Span span("all-reduce", "comm");
 	span.arg("bucket", static_cast<int64_t>(b))
 		.arg("bytes", static_cast<int64_t>(compressed_storage_.empty() ? plan_.buckets[b].bytes
@@ -200,6 +221,10 @@ void ReplicatedEngine::reduce_bucket(size_t b)
 	const WaitContext context("bucket", static_cast<int64_t>(b));
 	const auto start = Clock::now();
 	update_->reduce(b);
+	// The main thread reads the bucket once every job is done: the widening cast queued on the
+	// communication thread's stream must be done by then.
+	if (!bucket_ready_.empty())
+		wait_thread_stream(device_);
 	reduce_intervals_[b] = {start, Clock::now()};
 }
 
@@ -231,6 +256,9 @@ void ReplicatedEngine::on_gradient_ready(const Parameter& parameter)
 void ReplicatedEngine::submit_next_bucket()
 {
 	const size_t b = next_bucket_++;
+	// Recorded on this thread's stream right after the kernels of the bucket's last gradient.
+	if (!bucket_ready_.empty())
+		bucket_ready_[b].record();
 	comm_thread_->submit([this, b] { reduce_bucket(b); });
 }
 

@@ -8,6 +8,7 @@
 
 #include "collectives/all_reduce.h"
 #include "collectives/bucket_plan.h"
+#include "base/device/stream.h"
 #include "base/tensor/named_tensor.h"
 #include "optim/optimizer.h"
 #include "runtime/strategies/replicated/comm_thread.h"
@@ -78,6 +79,7 @@ public:
 
 private:
 	void bind_gradients_to_buckets();
+	void start_comm_thread();
 	void on_gradient_ready(const Parameter& parameter);
 	void reduce_bucket(size_t bucket);
 	void submit_next_bucket();
@@ -115,6 +117,10 @@ private:
 	std::vector<Interval> reduce_intervals_; // written by whichever thread reduces; read after
 	// Whole or node-sharded, chosen once; after all_reduce_: a sharded one lives in its memory.
 	std::unique_ptr<GradientUpdate> update_;
+	// On a GPU with overlap: the communication thread's stream, and per bucket the point of the
+	// default stream after which its gradients are final. Before comm_thread_, which uses them.
+	std::unique_ptr<SideStream> comm_stream_;
+	std::vector<StreamMarker> bucket_ready_;
 	std::unique_ptr<CommThread> comm_thread_;
 };
 

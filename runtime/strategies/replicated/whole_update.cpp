@@ -37,12 +37,11 @@ bool WholeUpdate::finish(float factor, float lr, double* grad_norm)
 	// One pass over the gradients gives both answers: squares of finite f32 values summed in f64
 	// cannot overflow, so the sum is non-finite exactly when some gradient is inf or NaN. Every
 	// rank holds the same reduced values, so every rank reaches the same verdict.
-	double squares = 0;
-	for (const Tensor& storage : buckets_) {
-		if (factor != 1.0f)
+	if (factor != 1.0f)
+		for (const Tensor& storage : buckets_)
 			scale(storage, factor);
-		squares += sum_of_squares(storage);
-	}
+	// On a GPU, one read for every bucket.
+	const double squares = sum_of_squares_all(buckets_);
 	*grad_norm = std::sqrt(squares);
 	if (!std::isfinite(squares))
 		return false;
