@@ -17,8 +17,9 @@ struct CopyTask {
 	size_t bytes = 0;
 };
 
-// Runs every copy on `device`: plain memcpy loops on the CPU, one batched kernel launch on a GPU
-// (which returns when the copies are done).
+// Runs every copy on `device`: plain memcpy loops on the CPU; on a GPU, one kernel launch per 128
+// copies, queued on this thread's stream (base/device/stream.h) without waiting: what is queued
+// there later sees the copies, and copy_bytes back to the host waits for them.
 void copy_batch(const std::vector<CopyTask>& tasks, const Device& device);
 
 // The GPU half of copy_batch; a build without CUDA throws tower::Error.

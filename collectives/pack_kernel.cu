@@ -6,9 +6,9 @@ namespace tower {
 namespace {
 
 // One block per task; its threads stride over the bytes, 16 at a time where alignment allows.
-__global__ void copy_tasks(const CopyTask* tasks)
+__global__ void copy_tasks(const CopyTaskTable table)
 {
-	const CopyTask task = tasks[blockIdx.x];
+	const CopyTask task = table.tasks[blockIdx.x];
 	char* dst = static_cast<char*>(task.dst);
 	const char* src = static_cast<const char*>(task.src);
 	const bool wide = ((reinterpret_cast<size_t>(dst) | reinterpret_cast<size_t>(src)) % 16) == 0;
@@ -25,9 +25,9 @@ __global__ void copy_tasks(const CopyTask* tasks)
 
 } // namespace
 
-cudaError_t launch_copy_tasks(const CopyTask* device_table, size_t count)
+cudaError_t launch_copy_tasks(const CopyTaskTable& table, size_t count, cudaStream_t stream)
 {
-	copy_tasks<<<static_cast<unsigned>(count), 256>>>(device_table);
+	copy_tasks<<<static_cast<unsigned>(count), 256, 0, stream>>>(table);
 	return cudaGetLastError();
 }
 

@@ -24,17 +24,28 @@ SampleBatcher::SampleBatcher(const SampleSet& samples, int64_t batch, const Devi
 		shape.insert(shape.end(), f.shape.begin(), f.shape.end());
 		tensors_.tensors.push_back({f.name, Tensor::empty(shape, f.dtype, device)});
 		if (device.is_cuda())
-			staged_.emplace_back(static_cast<size_t>(batch * f.bytes()));
+			for (Staging& s : staging_)
+				s.fields.emplace_back(pinned_host_alloc(device, static_cast<size_t>(batch * f.bytes())),
+						      PinnedHostFree{device});
 	}
+	if (device.is_cuda())
+		for (Staging& s : staging_)
+			s.uploaded = StreamMarker(device);
 }
 
 const Batch& SampleBatcher::assemble(std::span<const int64_t> indices)
 {
 	TOWER_CHECK_EQ(static_cast<int64_t>(indices.size()), batch_, "samples given to the batch assembler");
-	const bool staged = !staged_.empty();
+	Staging* staging = nullptr;
+	if (!staging_[0].fields.empty()) {
+		staging = &staging_[next_staging_];
+		next_staging_ = 1 - next_staging_;
+		// Its last upload, two batches ago, must have read it before it is written again.
+		staging->uploaded.synchronize();
+	}
 	std::vector<char*> base;
 	for (size_t f = 0; f < fields_.size(); ++f)
-		base.push_back(staged ? staged_[f].data() : static_cast<char*>(tensors_.tensors[f].tensor.data()));
+		base.push_back(static_cast<char*>(staging ? staging->fields[f].get() : tensors_.tensors[f].tensor.data()));
 	std::vector<void*> at(fields_.size());
 	for (size_t i = 0; i < indices.size(); ++i) {
 		const int64_t s = indices[i];
@@ -43,11 +54,13 @@ const Batch& SampleBatcher::assemble(std::span<const int64_t> indices)
 			at[f] = base[f] + static_cast<int64_t>(i) * fields_[f].bytes();
 		samples_.copy_sample(s, at);
 	}
-	if (staged)
+	if (staging) {
 		for (size_t f = 0; f < fields_.size(); ++f) {
 			Tensor& t = tensors_.tensors[f].tensor;
-			copy_bytes(t.data(), t.device(), staged_[f].data(), Device{}, t.bytes());
+			upload_bytes_async(t.data(), t.device(), staging->fields[f].get(), t.bytes());
 		}
+		staging->uploaded.record();
+	}
 	return tensors_;
 }
 

@@ -1,6 +1,7 @@
 // NCCL collectives and the batched pack kernel on the GPU: out of place into poisoned buffers,
 // rank-dependent data, and ordering after a slow producer kernel (skips without a GPU per rank).
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <cmath>
@@ -162,7 +163,7 @@ TEST_CASE("a collective waits for the slow kernel that produced its input (one G
 
 	auto produce = [&] {
 		zero_bytes(send.data, g, count * 4);
-		wait_default_stream(g);
+		wait_thread_stream(g);
 		REQUIRE(tower::test::launch_slow_fill(send.floats(), count, first, 1.0f, 200) == 0);
 	};
 
@@ -192,10 +193,16 @@ TEST_CASE("a collective waits for the slow kernel that produced its input (one G
 	}
 }
 
-TEST_CASE("bucket pack and unpack on the GPU in one launch")
+TEST_CASE("bucket pack and unpack on the GPU, in one launch and in several")
 {
 	const Device g = gpu();
-	const std::vector<TensorSpec> specs = {{"a", {3}, DType::f32}, {"b", {1000}, DType::f32}, {"c", {1}, DType::f32}};
+	std::vector<TensorSpec> specs = {{"a", {3}, DType::f32}, {"b", {1000}, DType::f32}, {"c", {1}, DType::f32}};
+	SUBCASE("three members: one launch") {}
+	SUBCASE("300 members: three launches of at most 128 copies")
+	{
+		for (int i = 0; i < 297; ++i)
+			specs.push_back({fmt::format("m{}", i), {1 + i % 7}, DType::f32});
+	}
 	const BucketPlan plan = plan_buckets(specs, size_t{1} << 20, 256);
 	REQUIRE(plan.buckets.size() == 1);
 	std::vector<Tensor> tensors, back;
