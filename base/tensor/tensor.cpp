@@ -86,6 +86,17 @@ Tensor Tensor::select(int64_t index) const
 	return t;
 }
 
+Tensor Tensor::slice(int64_t first, int64_t count) const
+{
+	TOWER_CHECK(rank() > 0 && first >= 0 && count >= 0 && first + count <= shape_[0], "entries [{}, {}) of a tensor of {}",
+		    first, first + count, shape_text(shape_));
+	Tensor t = *this;
+	t.shape_[0] = count;
+	const size_t entry_bytes = shape_[0] > 0 ? bytes() / static_cast<size_t>(shape_[0]) : 0;
+	t.data_ = static_cast<char*>(data_) + static_cast<size_t>(first) * entry_bytes;
+	return t;
+}
+
 Tensor Tensor::clone() const
 {
 	Tensor t = empty(shape_, dtype_, device_);

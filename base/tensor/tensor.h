@@ -48,6 +48,8 @@ public:
 	// Entry `index` along the first dimension, as a tensor of the remaining dimensions that
 	// shares (and keeps alive) the memory.
 	Tensor select(int64_t index) const;
+	// Entries [first, first + count) along the first dimension, sharing (and keeping alive) the memory.
+	Tensor slice(int64_t first, int64_t count) const;
 	Tensor clone() const;
 	// Copies `src` into this tensor; shapes and dtypes must match, devices may differ.
 	void copy_from(const Tensor& src);

@@ -25,6 +25,17 @@ struct ConvGeometry {
 	constexpr int64_t col_cols() const { return out_height() * out_width(); }
 };
 
+// The default convolution's workspace per image: its columns [C*k*k, OH*OW] and its output's
+// channels [OC, OH*OW].
+constexpr int64_t conv_workspace_per_image(const ConvGeometry& g, int64_t oc)
+{
+	return (g.col_rows() + oc) * g.col_cols();
+}
+
+// The workspace (in elements of `element_bytes` each) for the default convolution of `batch`
+// images: room for as many as fit in 128 MiB, at least one, at most the batch.
+int64_t conv_workspace_elements(const ConvGeometry& g, int64_t oc, int64_t batch, size_t element_bytes);
+
 struct XentResult {
 	float loss = 0.0f;   // mean over the batch
 	int64_t correct = 0; // rows whose arg-max equals the label
@@ -67,24 +78,25 @@ public:
 	// dx = dy where y > 0, else 0; dx must not overlap y or dy.
 	virtual void relu_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) const = 0;
 
-	// One image [C, H, W] to columns [C*k*k, OH*OW] and back (col2im adds overlapping entries and
-	// overwrites image).
-	virtual void im2col(const ConvGeometry& g, const Tensor& image, const Tensor& col) const = 0;
-	virtual void col2im(const ConvGeometry& g, const Tensor& col, const Tensor& image) const = 0;
+	// n images [n, C, H, W] (or one, [C, H, W]) to columns [C*k*k, n * OH*OW] side by side
+	// (column j is output pixel j % OH*OW of image j / OH*OW), and back (col2im adds overlapping
+	// entries and overwrites the images).
+	virtual void im2col(const ConvGeometry& g, const Tensor& images, const Tensor& col) const = 0;
+	virtual void col2im(const ConvGeometry& g, const Tensor& col, const Tensor& images) const = 0;
 
 	// Whole-batch convolution of x [N, C, H, W] with w [OC, C, k, k] into y [N, OC, OH, OW] (no
 	// bias), and its gradients: dx (overwritten) from dy and w, and dw from x and dy (added to dw
-	// with `accumulate`). By default they are im2col + gemm one image at a time, with `col`
-	// ([C*k*k, OH*OW] of the compute type) as the column buffer; a backend with convolution
-	// kernels of its own overrides them, returns false from conv_uses_columns() and is given an
-	// empty `col`.
+	// with `accumulate`). By default (conv_im2col.cpp) they are im2col, one GEMM and a reorder per
+	// pass over as many images as `workspace` holds (conv_workspace_elements of the compute type,
+	// any shape); a backend with convolution kernels of its own overrides them, returns false from
+	// conv_uses_columns() and is given an empty workspace.
 	virtual bool conv_uses_columns() const { return true; }
 	virtual void conv2d_forward(const ConvGeometry& g, const Tensor& x, const Tensor& w, const Tensor& y,
-				    const Tensor& col) const;
+				    const Tensor& workspace) const;
 	virtual void conv2d_backward_data(const ConvGeometry& g, const Tensor& w, const Tensor& dy, const Tensor& dx,
-					  const Tensor& col) const;
+					  const Tensor& workspace) const;
 	virtual void conv2d_backward_weights(const ConvGeometry& g, const Tensor& x, const Tensor& dy, const Tensor& dw,
-					     bool accumulate, const Tensor& col) const;
+					     bool accumulate, const Tensor& workspace) const;
 
 	// 2x2 stride-2 max pooling of x [N, C, H, W] into y [N, C, H/2, W/2]; `argmax` (i32, y's shape)
 	// records the flat index within each image plane of the chosen input for the backward pass.

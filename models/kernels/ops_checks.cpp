@@ -84,10 +84,12 @@ void check_im2col(const ConvGeometry& g, const Tensor& image, const Tensor& col)
 	TOWER_CHECK(g.kernel > 0 && g.padding >= 0 && g.out_height() > 0 && g.out_width() > 0,
 		    "convolution of {}x{} with kernel {} and padding {} has no output", g.height, g.width, g.kernel,
 		    g.padding);
-	TOWER_CHECK(image.numel() == g.channels * g.height * g.width, "image {} is not [{}, {}, {}]",
+	const int64_t plane = g.channels * g.height * g.width;
+	TOWER_CHECK(image.numel() > 0 && image.numel() % plane == 0, "images {} are not [n, {}, {}, {}]",
 		    shape_text(image.shape()), g.channels, g.height, g.width);
-	TOWER_CHECK(col.numel() == g.col_rows() * g.col_cols(), "columns {} are not [{}, {}]", shape_text(col.shape()),
-		    g.col_rows(), g.col_cols());
+	const int64_t images = image.numel() / plane;
+	TOWER_CHECK(col.numel() == g.col_rows() * images * g.col_cols(), "columns {} are not [{}, {} x {}] for {} images",
+		    shape_text(col.shape()), g.col_rows(), images, g.col_cols(), images);
 }
 
 void check_xent(const Tensor& logits, const Tensor& labels, const Tensor& probs)

@@ -35,7 +35,7 @@ const Tensor& Conv2d::forward(const Tensor& x)
 	w_ = working_value(weight_, type, w_ws_);
 	const Tensor b = working_value(bias_, type, b_ws_);
 	y_ = y_ws_.get({batch, oc, g_.out_height(), g_.out_width()}, type, x.device());
-	ops.conv2d_forward(g_, x, w_, y_, columns(ops, type, x.device()));
+	ops.conv2d_forward(g_, x, w_, y_, workspace(ops, type, x.device()));
 	ops.bias_act(y_, b, pixels, activation_ == Activation::relu);
 	return y_;
 }
@@ -56,24 +56,24 @@ const Tensor& Conv2d::backward(const Tensor& dy, const BackwardArgs& args)
 	ops.bias_grad(dz, db, pixels, accumulate_in_place(db, args));
 	finish_grad(bias_, db, args);
 
-	const Tensor col = columns(ops, type, dy.device());
+	const Tensor ws = workspace(ops, type, dy.device());
 	const Tensor dw = grad_buffer(weight_, type, dw_ws_);
-	ops.conv2d_backward_weights(g_, x_, dz, dw, accumulate_in_place(dw, args), col);
+	ops.conv2d_backward_weights(g_, x_, dz, dw, accumulate_in_place(dw, args), ws);
 	finish_grad(weight_, dw, args);
 
 	dx_ = Tensor();
 	if (args.need_input_grad) {
 		dx_ = dx_ws_.get(x_.shape(), type, dy.device());
-		ops.conv2d_backward_data(g_, w_, dz, dx_, col);
+		ops.conv2d_backward_data(g_, w_, dz, dx_, ws);
 	}
 	return dx_;
 }
 
-Tensor Conv2d::columns(const Ops& ops, DType type, const Device& device)
+Tensor Conv2d::workspace(const Ops& ops, DType type, const Device& device)
 {
 	if (!ops.conv_uses_columns())
 		return Tensor();
-	return col_ws_.get({g_.col_rows(), g_.col_cols()}, type, device);
+	return conv_ws_.get({conv_workspace_elements(g_, shape_.out_channels, x_.dim(0), dtype_size(type))}, type, device);
 }
 
 } // namespace tower

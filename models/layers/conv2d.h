@@ -30,8 +30,9 @@ public:
 
 private:
 	ConvGeometry geometry_for(const Tensor& x) const;
-	// The column buffer of backends that lower convolution to im2col + gemm, else empty.
-	Tensor columns(const Ops& ops, DType type, const Device& device);
+	// The workspace of backends that lower convolution to im2col + gemm (the columns and the
+	// reordered output of as many images as fit in it: conv_workspace_elements), else empty.
+	Tensor workspace(const Ops& ops, DType type, const Device& device);
 
 	Conv2dShape shape_;
 	Activation activation_;
@@ -46,7 +47,7 @@ private:
 	Workspace dw_ws_;
 	Workspace db_ws_;
 	Workspace y_ws_;
-	Workspace col_ws_;
+	Workspace conv_ws_;
 	Workspace dz_ws_;
 	Workspace dx_ws_;
 	Tensor dx_;

@@ -187,8 +187,58 @@ TEST_CASE("col2im is the adjoint of im2col, with and without padding")
 	}
 }
 
-// The CPU backend's own convolution against the backend-neutral im2col + gemm path of Ops, which
-// the grad checks and the float64 references validate, in f32 and bf16, overwriting and adding.
+TEST_CASE("im2col and col2im of several images are those of each image, side by side")
+{
+	const Ops& ops = ops_for(Device{});
+	const ConvGeometry g{2, 5, 6, 3, 1};
+	const int64_t n = 3, pixels = g.col_cols();
+	const Tensor images = random_tensor({n, g.channels, g.height, g.width}, "images");
+	const Tensor col = Tensor::zeros({g.col_rows(), n * pixels}, DType::f32, Device{});
+	ops.im2col(g, images, col);
+	const Tensor c = random_tensor(col.shape(), "c");
+	const Tensor back = Tensor::zeros(images.shape(), DType::f32, Device{});
+	ops.col2im(g, c, back);
+	const std::vector<float> all = col.to_host_f32(), cv = c.to_host_f32(), all_back = back.to_host_f32();
+	const int64_t plane = g.channels * g.height * g.width;
+	for (int64_t i = 0; i < n; ++i) {
+		const Tensor one = Tensor::zeros({g.col_rows(), pixels}, DType::f32, Device{});
+		ops.im2col(g, images.select(i), one);
+		const std::vector<float> ov = one.to_host_f32();
+		std::vector<float> mine(static_cast<size_t>(g.col_rows() * pixels));
+		size_t wrong = 0;
+		for (int64_t r = 0; r < g.col_rows(); ++r)
+			for (int64_t p = 0; p < pixels; ++p) {
+				wrong += all[static_cast<size_t>(r * n * pixels + i * pixels + p)] != ov[static_cast<size_t>(r * pixels + p)];
+				mine[static_cast<size_t>(r * pixels + p)] = cv[static_cast<size_t>(r * n * pixels + i * pixels + p)];
+			}
+		CHECK_MESSAGE(wrong == 0, "im2col of image ", i);
+		const Tensor one_back = Tensor::zeros({g.channels, g.height, g.width}, DType::f32, Device{});
+		ops.col2im(g, Tensor::from_host(mine, {g.col_rows(), pixels}, Device{}), one_back);
+		const std::vector<float> ob = one_back.to_host_f32();
+		CHECK_MESSAGE(std::equal(ob.begin(), ob.end(), all_back.begin() + i * plane), "col2im of image ", i);
+	}
+	CHECK_THROWS_WITH_AS(ops.im2col(g, images, Tensor::zeros({g.col_rows(), pixels}, DType::f32, Device{})),
+			     doctest::Contains("for 3 images"), tower::Error);
+}
+
+TEST_CASE("the convolution's workspace holds what fits in 128 MiB, at least one image, at most the batch")
+{
+	const ConvGeometry cnn_second{32, 14, 14, 5, 2}; // 800 column rows, 196 pixels
+	const int64_t per_image = conv_workspace_per_image(cnn_second, 64);
+	CHECK(per_image == (800 + 64) * 196);
+	CHECK(conv_workspace_elements(cnn_second, 64, 256, 4) == 198 * per_image); // 128 MiB / 677,376 bytes
+	CHECK(conv_workspace_elements(cnn_second, 64, 256, 2) == 256 * per_image);
+	CHECK(conv_workspace_elements(cnn_second, 64, 3, 4) == 3 * per_image);
+	const ConvGeometry huge{512, 256, 256, 7, 3};
+	CHECK(conv_workspace_elements(huge, 512, 8, 4) == conv_workspace_per_image(huge, 512));
+	const Ops& ops = cpu_ops();
+	const Tensor x = Tensor::zeros({2, 32, 14, 14}, DType::f32, Device{});
+	const Tensor w = Tensor::zeros({64, 32, 5, 5}, DType::f32, Device{});
+	const Tensor y = Tensor::zeros({2, 64, 14, 14}, DType::f32, Device{});
+	CHECK_THROWS_WITH_AS(ops.Ops::conv2d_forward(cnn_second, x, w, y, Tensor::zeros({per_image - 1}, DType::f32, Device{})),
+			     doctest::Contains("one image needs"), tower::Error);
+}
+
 TEST_CASE("gemm_into_f32 writes bf16 products into f32 unrounded, and declines other types")
 {
 	const Ops& ops = cpu_ops();
@@ -242,13 +292,18 @@ TEST_CASE("gemm_into_f32 writes bf16 products into f32 unrounded, and declines o
 	}
 }
 
+// The CPU backend's own convolution against the backend-neutral im2col + gemm path of Ops (the
+// CUDA backend's), which the grad checks and the float64 references validate, in f32 and bf16,
+// overwriting and adding, with workspaces for one pass over the batch and for several.
 TEST_CASE("the CPU convolution matches im2col + gemm forward and backward, in f32 and bf16")
 {
 	const Ops& ops = cpu_ops();
 	CHECK_FALSE(ops.conv_uses_columns());
 	const ConvGeometry g{3, 7, 6, 3, 1};
-	const int64_t batch = 2, oc = 4;
-	for (DType t : {DType::f32, DType::bf16}) {
+	const int64_t batch = 3, oc = 4;
+	for (DType t : {DType::f32, DType::bf16})
+	for (int64_t per_pass : {int64_t{1}, int64_t{2}, batch}) {
+		CAPTURE(per_pass);
 		auto typed = [&](const Shape& shape, const char* name) {
 			Tensor out = Tensor::empty(shape, t, Device{});
 			ops.cast(random_tensor(shape, name), out, false);
@@ -257,7 +312,7 @@ TEST_CASE("the CPU convolution matches im2col + gemm forward and backward, in f3
 		const Tensor x = typed({batch, g.channels, g.height, g.width}, "x");
 		const Tensor w = typed({oc, g.channels, g.kernel, g.kernel}, "w");
 		const Tensor dy = typed({batch, oc, g.out_height(), g.out_width()}, "dy");
-		const Tensor col = Tensor::empty({g.col_rows(), g.col_cols()}, t, Device{});
+		const Tensor col = Tensor::empty({per_pass * conv_workspace_per_image(g, oc)}, t, Device{});
 		const double tol = t == DType::f32 ? 1e-5 : 1e-2;
 		auto same = [&](const Tensor& got, const Tensor& want, const std::string& what) {
 			const std::vector<float> a = got.to_host_f32(), b = want.to_host_f32();
@@ -285,8 +340,8 @@ TEST_CASE("the CPU convolution matches im2col + gemm forward and backward, in f3
 
 TEST_CASE("the im2col weight gradient of a large 16-bit batch is rounded once, not once per image")
 {
-	// The default convolution (the CUDA backend's) sums one image at a time; into a bf16 buffer
-	// that sum lost each term once it was ~2^8 times larger. The f32 sum of the same bf16 inputs is
+	// The default convolution (the CUDA backend's) once summed one image at a time into a bf16
+	// buffer, and that sum lost each term once it was ~2^8 times larger. The f32 sum of the same bf16 inputs is
 	// the reference: the bf16 result must be within a rounding or two of it.
 	const Ops& ops = cpu_ops();
 	const ConvGeometry g{2, 6, 6, 3, 1};
@@ -307,14 +362,21 @@ TEST_CASE("the im2col weight gradient of a large 16-bit batch is rounded once, n
 	ops.cast(dy16, dy32, false);
 	const Shape w_shape = {oc, g.channels, g.kernel, g.kernel};
 	const Tensor want = Tensor::zeros(w_shape, DType::f32, Device{}), got = Tensor::zeros(w_shape, DType::bf16, Device{});
-	ops.Ops::conv2d_backward_weights(g, x32, dy32, want, false, Tensor::empty({g.col_rows(), g.col_cols()}, DType::f32, Device{}));
-	ops.Ops::conv2d_backward_weights(g, x16, dy16, got, false, Tensor::empty({g.col_rows(), g.col_cols()}, DType::bf16, Device{}));
-	const std::vector<float> a = got.to_host_f32(), b = want.to_host_f32();
-	double worst = 0;
-	for (size_t i = 0; i < a.size(); ++i)
-		worst = std::max(worst, std::abs(static_cast<double>(a[i]) - b[i]) / std::abs(static_cast<double>(b[i])));
-	CAPTURE(worst);
-	CHECK(worst <= 2.0 / 256); // two bf16 roundings (2^-8 each, relative)
+	const auto workspace = [&](int64_t images, DType t) {
+		return Tensor::empty({images * conv_workspace_per_image(g, oc)}, t, Device{});
+	};
+	ops.Ops::conv2d_backward_weights(g, x32, dy32, want, false, workspace(batch, DType::f32));
+	// One pass over the batch, and passes of 100 images summed in f32.
+	for (int64_t per_pass : {batch, int64_t{100}}) {
+		CAPTURE(per_pass);
+		ops.Ops::conv2d_backward_weights(g, x16, dy16, got, false, workspace(per_pass, DType::bf16));
+		const std::vector<float> a = got.to_host_f32(), b = want.to_host_f32();
+		double worst = 0;
+		for (size_t i = 0; i < a.size(); ++i)
+			worst = std::max(worst, std::abs(static_cast<double>(a[i]) - b[i]) / std::abs(static_cast<double>(b[i])));
+		CAPTURE(worst);
+		CHECK(worst <= 2.0 / 256); // two bf16 roundings (2^-8 each, relative)
+	}
 }
 
 TEST_CASE("the CPU backend makes each oneDNN primitive once per shape and reuses it")

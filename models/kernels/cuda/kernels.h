@@ -18,8 +18,9 @@ void relu_backward(DType t, const void* y, const void* dy, void* dx, int64_t n);
 // dst (type dt) = or += src (type st).
 void cast(DType st, const void* src, DType dt, void* dst, int64_t n, bool accumulate);
 
-void im2col(DType t, const ConvGeometry& g, const void* image, void* col);
-void col2im(DType t, const ConvGeometry& g, const void* col, void* image);
+// `images` images [images, C, H, W] to and from columns [C*k*k, images * OH*OW].
+void im2col(DType t, const ConvGeometry& g, int64_t images, const void* image, void* col);
+void col2im(DType t, const ConvGeometry& g, int64_t images, const void* col, void* image);
 
 void maxpool_forward(DType t, const void* x, void* y, int32_t* argmax, int64_t planes, int64_t h, int64_t w);
 void maxpool_backward(DType t, const void* dy, const int32_t* argmax, void* dx, int64_t planes, int64_t h,
