@@ -1,6 +1,8 @@
 // Gathers a rank's shard of any sample set into a batch of tensors on its device, reusing the buffers.
 #include "data/sample_batcher.h"
 
+#include <exception>
+
 #include "base/error.h"
 #include "base/tensor/memory.h"
 
@@ -31,6 +33,17 @@ SampleBatcher::SampleBatcher(const SampleSet& samples, int64_t batch, const Devi
 	if (device.is_cuda())
 		for (Staging& s : staging_)
 			s.uploaded = StreamMarker(device);
+}
+
+SampleBatcher::~SampleBatcher()
+{
+	for (const Staging& s : staging_) {
+		try {
+			s.uploaded.synchronize();
+		} catch (const std::exception&) {
+			// A sticky CUDA error: nothing is in flight any more that could read the memory.
+		}
+	}
 }
 
 const Batch& SampleBatcher::assemble(std::span<const int64_t> indices)

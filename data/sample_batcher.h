@@ -27,6 +27,11 @@ public:
 	// and the call returns without waiting for it.
 	const Batch& assemble(std::span<const int64_t> indices);
 
+	// Waits for the uploads in flight before their staging memory goes.
+	~SampleBatcher();
+	SampleBatcher(SampleBatcher&&) = default;
+	SampleBatcher& operator=(SampleBatcher&&) = delete;
+
 private:
 	// On a GPU, samples are gathered into pinned host memory, then uploaded without a wait. There
 	// are two sets, used in turn, so that a batch is gathered while the last one's upload may

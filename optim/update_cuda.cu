@@ -1,6 +1,7 @@
 // The update formulas as CUDA kernels, one thread per element in a grid-stride loop.
 #include <algorithm>
 
+#include "base/device/thread_stream.h"
 #include "optim/update_kernels_cuda.h"
 
 namespace tower {
@@ -10,6 +11,12 @@ namespace {
 constexpr int threads_per_block = 256;
 // Enough blocks to fill an H100 several times over; the grid-stride loop covers the rest.
 constexpr int64_t max_blocks = 4096;
+
+// The calling thread's stream (base/device/stream.h), where the gradients were finished.
+cudaStream_t stream()
+{
+	return static_cast<cudaStream_t>(thread_stream());
+}
 
 unsigned blocks_for(int64_t n)
 {
@@ -45,26 +52,26 @@ __global__ void advance_step_kernel(int64_t* step)
 
 cudaError_t launch_sgd_update(float* p, const float* g, int64_t n, const SgdCoeffs& c)
 {
-	sgd_kernel<<<blocks_for(n), threads_per_block>>>(p, g, n, c);
+	sgd_kernel<<<blocks_for(n), threads_per_block, 0, stream()>>>(p, g, n, c);
 	return cudaGetLastError();
 }
 
 cudaError_t launch_momentum_update(float* p, const float* g, float* buf, int64_t n, const SgdCoeffs& c)
 {
-	momentum_kernel<<<blocks_for(n), threads_per_block>>>(p, g, buf, n, c);
+	momentum_kernel<<<blocks_for(n), threads_per_block, 0, stream()>>>(p, g, buf, n, c);
 	return cudaGetLastError();
 }
 
 cudaError_t launch_adam_update(float* p, const float* g, float* m, float* v, int64_t n, const int64_t* step,
 			       const AdamCoeffs& c)
 {
-	adam_kernel<<<blocks_for(n), threads_per_block>>>(p, g, m, v, n, step, c);
+	adam_kernel<<<blocks_for(n), threads_per_block, 0, stream()>>>(p, g, m, v, n, step, c);
 	return cudaGetLastError();
 }
 
 cudaError_t launch_advance_step(int64_t* step)
 {
-	advance_step_kernel<<<1, 1>>>(step);
+	advance_step_kernel<<<1, 1, 0, stream()>>>(step);
 	return cudaGetLastError();
 }
 

@@ -26,6 +26,21 @@ private:
 	void* stream_ = nullptr;
 };
 
+// Waits, when it goes out of scope, for the work queued on the calling thread's stream, when
+// `active`: a job on a side stream ends only once its work is done, whether it returns or throws.
+// A failure to wait while an exception unwinds is left to that exception.
+class SideStreamDrain {
+public:
+	SideStreamDrain(const Device& device, bool active) : device_(device), active_(active) {}
+	~SideStreamDrain() noexcept(false);
+	SideStreamDrain(const SideStreamDrain&) = delete;
+	SideStreamDrain& operator=(const SideStreamDrain&) = delete;
+
+private:
+	Device device_;
+	bool active_;
+};
+
 // A marker in the stream of the thread that records it: what was queued there before record() is
 // done once the marker is reached. Other work waits for it on the host (synchronize) or on the
 // waiting thread's own stream, without the host (make_thread_stream_wait). With `timing`, the

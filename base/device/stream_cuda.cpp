@@ -1,6 +1,7 @@
 // Streams and markers of a CUDA build: a per-thread stream choice, non-blocking side streams, events.
 #include "base/device/stream.h"
 
+#include <exception>
 #include <utility>
 
 #include "base/device/cuda_check.h"
@@ -55,6 +56,16 @@ void SideStream::adopt_on_this_thread() const
 {
 	if (stream_)
 		this_thread_stream = native(stream_);
+}
+
+SideStreamDrain::~SideStreamDrain() noexcept(false)
+{
+	if (!active_ || !device_.is_cuda())
+		return;
+	cudaSetDevice(device_.index);
+	const cudaError_t rc = cudaStreamSynchronize(this_thread_stream);
+	if (rc != cudaSuccess && std::uncaught_exceptions() == 0)
+		TOWER_CUDA(rc);
 }
 
 StreamMarker::StreamMarker(const Device& device, bool timing) : device_(device)

@@ -31,6 +31,8 @@ SideStream::~SideStream() = default;
 
 void SideStream::adopt_on_this_thread() const {}
 
+SideStreamDrain::~SideStreamDrain() noexcept(false) {}
+
 StreamMarker::StreamMarker(const Device& device, bool) : device_(device)
 {
 	require_cpu(device);

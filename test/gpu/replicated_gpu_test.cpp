@@ -4,11 +4,19 @@
 // compression casts and the overlap's ordering too.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "base/device/device.h"
+#include "runtime/observe/timeline.h"
 #include "test/harness/mpi_main.h"
 #include "test/runtime/training_fixture.h"
 
@@ -68,5 +76,43 @@ TEST_CASE("replicated training on the GPU matches the CPU backend, every mode, o
 				if (!overlap)
 					CHECK(hidden_max == 0);
 			}
+	}
+}
+
+// The optimizer's host span ends once its kernels are queued; its "optimizer kernels" span comes
+// from CUDA events, one per update (the last one written when the engine goes), on the GPU's clock.
+TEST_CASE("the timeline shows the optimizer's kernels on the GPU's clock, and every bucket's all-reduce")
+{
+	const Topology topology(world().comm(), std::nullopt);
+	const Device gpu = assign_device(topology, probe_gpu_runtime(), DevicePreference::cuda);
+	const Dataset data = tower::test::synthetic_dataset(400);
+	auto spec = spec_for(gpu, AllReduceMode::ring, true, DType::f32);
+	spec.steps = 6;
+	char path[256] = {};
+	if (world().rank() == 0)
+		std::snprintf(path, sizeof path, "/tmp/tower-gpu-timeline-%d.json", static_cast<int>(::getpid()));
+	MPI_Bcast(path, sizeof path, MPI_CHAR, 0, world().comm());
+	timeline::start(world().comm(), path);
+	tower::test::run_training(topology, spec, data);
+	timeline::finish(world().comm());
+	if (world().rank() == 0) {
+		std::ifstream in(path);
+		std::stringstream text;
+		text << in.rdbuf();
+		const nlohmann::json events = nlohmann::json::parse(text.str());
+		int kernels = 0, all_reduces = 0;
+		for (const auto& e : events) {
+			if (e["pid"] != 0)
+				continue;
+			if (e["name"] == "optimizer kernels") {
+				++kernels;
+				CHECK(e["args"]["clock"] == "gpu");
+				CHECK(e["dur"].get<double>() > 0);
+			}
+			all_reduces += e["name"] == "all-reduce" ? 1 : 0;
+		}
+		CHECK(kernels == spec.steps);
+		CHECK(all_reduces >= spec.steps * 2); // several buckets at fusion_mb 0.01
+		std::remove(path);
 	}
 }

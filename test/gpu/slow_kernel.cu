@@ -3,6 +3,8 @@
 
 #include <cuda_runtime.h>
 
+#include "base/device/thread_stream.h"
+
 namespace tower::test {
 
 namespace {
@@ -28,7 +30,7 @@ __global__ void slow_fill_kernel(float* data, size_t count, float first, float s
 
 int launch_slow_fill(float* data, size_t count, float first, float step, int milliseconds)
 {
-	slow_fill_kernel<<<8, 256>>>(data, count, first, step, static_cast<unsigned long long>(milliseconds) * 1000000ull);
+	slow_fill_kernel<<<8, 256, 0, static_cast<cudaStream_t>(thread_stream())>>>(data, count, first, step, static_cast<unsigned long long>(milliseconds) * 1000000ull);
 	return static_cast<int>(cudaGetLastError());
 }
 

@@ -2,6 +2,7 @@
 #include "models/kernels/cuda/cuda_ops.h"
 
 #include <cmath>
+#include <cstddef>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -102,6 +103,29 @@ void CudaOps::gemm(Transpose ta, Transpose tb, float alpha, const Tensor& a, con
 		     "cublasSgemm");
 }
 
+bool CudaOps::gemm_into_f32(Transpose ta, Transpose tb, float alpha, const Tensor& a, const Tensor& b, float beta,
+			    const Tensor& c) const
+{
+	// bf16 only, as on the CPU: it has f32's range, so skipping its rounding changes no overflow,
+	// while an f16 gradient that overflows must still become inf for the loss scaler to see.
+	if (a.dtype() != DType::bf16 || b.dtype() != DType::bf16 || c.dtype() != DType::f32)
+		return false;
+	const Tensor c16 = Tensor::view(c.data(), c.shape(), DType::bf16, device_); // for the checks only
+	const GemmDims d = checked_gemm_dims(ta, tb, a, b, c16);
+	for (const Tensor* t : {&a, &b, &c})
+		expect_here(*t, "gemm operand");
+	if (d.m == 0 || d.n == 0)
+		return true;
+	// Column-major as in gemm(); bf16 operands, an f32 result, f32 accumulation.
+	const auto flag = [](Transpose t) { return t == Transpose::yes ? CUBLAS_OP_T : CUBLAS_OP_N; };
+	check_cublas(cublasGemmEx(blas(), flag(tb), flag(ta), static_cast<int>(d.n), static_cast<int>(d.m),
+				  static_cast<int>(d.k), &alpha, b.data(), CUDA_R_16BF, static_cast<int>(b.dim(1)), a.data(),
+				  CUDA_R_16BF, static_cast<int>(a.dim(1)), &beta, c.data(), CUDA_R_32F,
+				  static_cast<int>(c.dim(1)), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+		     "cublasGemmEx into f32");
+	return true;
+}
+
 void CudaOps::gemm_batched(Transpose ta, Transpose tb, float alpha, const Tensor& a, const Tensor& b, float beta,
 			   const Tensor& c) const
 {
@@ -181,7 +205,7 @@ void CudaOps::im2col(const ConvGeometry& g, const Tensor& image, const Tensor& c
 	check_im2col(g, image, col);
 	expect_here(image, "im2col image");
 	expect_here(col, "im2col columns");
-	cuda::im2col(image.dtype(), g, image.data(), col.data());
+	cuda::im2col(image.dtype(), g, image.numel() / (g.channels * g.height * g.width), image.data(), col.data());
 }
 
 void CudaOps::col2im(const ConvGeometry& g, const Tensor& col, const Tensor& image) const
@@ -189,7 +213,7 @@ void CudaOps::col2im(const ConvGeometry& g, const Tensor& col, const Tensor& ima
 	check_im2col(g, image, col);
 	expect_here(image, "col2im image");
 	expect_here(col, "col2im columns");
-	cuda::col2im(image.dtype(), g, col.data(), image.data());
+	cuda::col2im(image.dtype(), g, image.numel() / (g.channels * g.height * g.width), col.data(), image.data());
 }
 
 void CudaOps::maxpool_forward(const Tensor& x, const Tensor& y, const Tensor& argmax) const
@@ -225,14 +249,16 @@ XentResult CudaOps::softmax_xent_forward(const Tensor& logits, const Tensor& lab
 		int32_t bad_label;
 	};
 	static_assert(sizeof(Results) == 3 * sizeof(float));
-	auto* results = static_cast<Results*>(xent_results_.data());
+	// Device addresses, computed without touching the device memory they point to.
+	char* const base = static_cast<char*>(xent_results_.data());
+	auto* const totals = reinterpret_cast<float*>(base + offsetof(Results, totals));
+	auto* const bad_label = reinterpret_cast<int32_t*>(base + offsetof(Results, bad_label));
 	// The kernel only ever sets the flag: clear it, or one bad batch fails every later forward.
-	zero_bytes(&results->bad_label, device_, sizeof(int32_t));
+	zero_bytes(bad_label, device_, sizeof(int32_t));
 	cuda::softmax_xent_forward(logits.dtype(), logits.data(), labels.data_as<int32_t>(), probs.data(),
-				   xent_rows_.data_as<float>(), results->totals, &results->bad_label, rows,
-				   logits.dim(1));
+				   xent_rows_.data_as<float>(), totals, bad_label, rows, logits.dim(1));
 	Results got{};
-	copy_bytes(&got, Device{}, results, device_, sizeof got);
+	copy_bytes(&got, Device{}, base, device_, sizeof got);
 	TOWER_CHECK(got.bad_label == 0, "a label is outside [0, {}); check the data set's labels", logits.dim(1));
 	return {rows > 0 ? got.totals[0] / static_cast<float>(rows) : 0.0f, static_cast<int64_t>(got.totals[1])};
 }

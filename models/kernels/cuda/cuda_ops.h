@@ -23,6 +23,8 @@ public:
 	void bias_grad(const Tensor& dy, const Tensor& db, int64_t inner, bool accumulate) const override;
 	void relu_forward(const Tensor& x, const Tensor& y) const override;
 	void relu_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) const override;
+	bool gemm_into_f32(Transpose ta, Transpose tb, float alpha, const Tensor& a, const Tensor& b, float beta,
+			   const Tensor& c) const override;
 	void im2col(const ConvGeometry& g, const Tensor& image, const Tensor& col) const override;
 	void col2im(const ConvGeometry& g, const Tensor& col, const Tensor& image) const override;
 	void maxpool_forward(const Tensor& x, const Tensor& y, const Tensor& argmax) const override;
@@ -55,7 +57,9 @@ public:
 
 private:
 	void expect_here(const Tensor& t, const char* what) const;
-	// The cuBLAS handle, bound to the calling thread's stream.
+	// The cuBLAS handle, bound to the calling thread's stream. The handle and the scratch buffers
+	// below are shared by every thread of the process: the GEMMs, reductions and cross-entropy
+	// run on one thread at a time (the training thread; the communication thread only casts).
 	cublasHandle_t blas() const;
 
 	Device device_;

@@ -220,11 +220,12 @@ void ReplicatedEngine::reduce_bucket(size_t b)
 		.arg("mode", all_reduce_mode_name(mode()));
 	const WaitContext context("bucket", static_cast<int64_t>(b));
 	const auto start = Clock::now();
-	update_->reduce(b);
-	// The main thread reads the bucket once every job is done: the widening cast queued on the
-	// communication thread's stream must be done by then.
-	if (!bucket_ready_.empty())
-		wait_thread_stream(device_);
+	{
+		// The main thread reads the bucket once every job is done, or failed: what this job
+		// queued on the communication thread's stream (the widening cast) must be done by then.
+		const SideStreamDrain drain(device_, !bucket_ready_.empty());
+		update_->reduce(b);
+	}
 	reduce_intervals_[b] = {start, Clock::now()};
 }
 

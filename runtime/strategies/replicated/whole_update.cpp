@@ -11,7 +11,8 @@ WholeUpdate::WholeUpdate(AllReduce& all_reduce, const BucketPlan& plan, const st
 			 const std::vector<Tensor>& compressed, const Device& device, ReduceOp op,
 			 const std::vector<Parameter*>& parameters, Optimizer& optimizer, bool reduce_alone)
 	: all_reduce_(all_reduce), plan_(plan), buckets_(buckets), compressed_(compressed), device_(device), op_(op),
-	  parameters_(parameters), optimizer_(optimizer), reduce_alone_(reduce_alone)
+	  parameters_(parameters), optimizer_(optimizer), reduce_alone_(reduce_alone),
+	  optimizer_span_(device, "optimizer kernels", "update")
 {
 }
 
@@ -45,7 +46,10 @@ bool WholeUpdate::finish(float factor, float lr, double* grad_norm)
 	*grad_norm = std::sqrt(squares);
 	if (!std::isfinite(squares))
 		return false;
+	// The read above waited for the stream, so the span starts on an idle GPU.
+	optimizer_span_.begin();
 	optimizer_.step(parameters_, lr);
+	optimizer_span_.end();
 	return true;
 }
 

@@ -7,6 +7,7 @@
 #include "collectives/bucket_plan.h"
 #include "optim/optimizer.h"
 #include "base/device/device.h"
+#include "runtime/observe/device_span.h"
 #include "runtime/strategies/replicated/gradient_update.h"
 
 namespace tower {
@@ -34,6 +35,8 @@ private:
 	const std::vector<Parameter*>& parameters_;
 	Optimizer& optimizer_;
 	bool reduce_alone_;
+	// The optimizer's kernels on the GPU's clock: its host span ends once they are queued.
+	timeline::DeviceSpan optimizer_span_;
 };
 
 } // namespace tower
