@@ -130,6 +130,12 @@ void Ops::conv2d_backward_weights(const ConvGeometry& g, const Tensor& x, const 
 		}
 		return;
 	}
+	// One pass over the whole batch is one GEMM, which accumulates in f32 and rounds once.
+	if (passes.count() == 1 && !accumulate) {
+		const Pass p = pass_inputs(0);
+		gemm(Transpose::no, Transpose::yes, 1.0f, p.channels, p.columns, 0.0f, dw2);
+		return;
+	}
 	// A 16-bit gradient would be rounded once per pass, and bf16 drops a term once the sum is
 	// ~2^8 times it: the passes are summed in f32 and the sum rounded once at the end.
 	const Tensor sum = Tensor::zeros(dw2.shape(), DType::f32, dw.device());

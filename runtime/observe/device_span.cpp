@@ -15,10 +15,19 @@ DeviceSpan::DeviceSpan(const Device& device, const char* name, const char* categ
 	if (device.is_cuda()) {
 		start_ = StreamMarker(device, true);
 		stop_ = StreamMarker(device, true);
+		// The last span of a run is still pending when the timeline finishes.
+		before_finish_ = detail::add_before_finish([this] { flush_or_say(); });
 	}
 }
 
 DeviceSpan::~DeviceSpan()
+{
+	if (before_finish_ >= 0)
+		detail::remove_before_finish(before_finish_);
+	flush_or_say();
+}
+
+void DeviceSpan::flush_or_say() noexcept
 {
 	try {
 		flush();

@@ -7,8 +7,10 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <mutex>
 #include <sstream>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -290,8 +292,51 @@ void abandon()
 	close_locked(r);
 }
 
+namespace {
+
+struct BeforeFinish {
+	std::mutex mutex;
+	int next = 0;
+	std::map<int, std::function<void()>> writers;
+};
+
+BeforeFinish& before_finish()
+{
+	static BeforeFinish b;
+	return b;
+}
+
+// Holding the mutex while they run: a writer's owner cannot go away in the middle (it removes
+// itself under the same mutex).
+void write_pending_spans()
+{
+	BeforeFinish& b = before_finish();
+	std::lock_guard lock(b.mutex);
+	for (auto& [handle, write] : b.writers)
+		write();
+}
+
+} // namespace
+
+int detail::add_before_finish(std::function<void()> write_pending)
+{
+	BeforeFinish& b = before_finish();
+	std::lock_guard lock(b.mutex);
+	const int handle = b.next++;
+	b.writers.emplace(handle, std::move(write_pending));
+	return handle;
+}
+
+void detail::remove_before_finish(int handle)
+{
+	BeforeFinish& b = before_finish();
+	std::lock_guard lock(b.mutex);
+	b.writers.erase(handle);
+}
+
 void finish(MPI_Comm comm)
 {
+	write_pending_spans();
 	Recorder& r = recorder();
 	std::string part_path, path;
 	{

@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -37,6 +38,10 @@ int generation();
 double now_us();
 void write_complete(const char* name, const char* category, int generation, double start_us, double end_us,
 		    const std::string& args);
+// Spans written after their work ends (DeviceSpan) register what writes them; finish() runs it,
+// on the finishing thread, before the recording closes. Returns the handle to remove it with.
+int add_before_finish(std::function<void()> write_pending);
+void remove_before_finish(int handle);
 } // namespace detail
 
 // Whether this process is recording a timeline.

@@ -86,6 +86,36 @@ TEST_CASE("Conv2d with padding 2 and 0")
 		}, {4, 3, 12, 11});
 }
 
+// Conv2d gives the GPU a workspace for the whole batch: one pass. Passes of 2 images over a batch
+// of 5 (the last one short) against oneDNN's convolution on the CPU.
+TEST_CASE("the default convolution in several passes matches the CPU's")
+{
+	const Device g = gpu();
+	const Ops& cuda = ops_for(g);
+	const Ops& cpu = ops_for(Device{});
+	const ConvGeometry geo{3, 9, 8, 3, 1};
+	const int64_t batch = 5, oc = 4;
+	auto host = [](const Shape& shape, const char* name) {
+		return Tensor::from_host(seeded_uniform(name, 11, shape_numel(shape), 1.0f), shape, Device{});
+	};
+	const Tensor x = host({batch, geo.channels, geo.height, geo.width}, "x");
+	const Tensor w = host({oc, geo.channels, geo.kernel, geo.kernel}, "w");
+	const Tensor dy = host({batch, oc, geo.out_height(), geo.out_width()}, "dy");
+	const Tensor workspace = Tensor::empty({2 * conv_workspace_per_image(geo, oc)}, DType::f32, g);
+	const Tensor y = Tensor::zeros(dy.shape(), DType::f32, Device{}), y_gpu = Tensor::zeros(dy.shape(), DType::f32, g);
+	cpu.conv2d_forward(geo, x, w, y, Tensor());
+	cuda.conv2d_forward(geo, on(g, x), on(g, w), y_gpu, workspace);
+	check_close(y, y_gpu, "forward");
+	const Tensor dx = Tensor::zeros(x.shape(), DType::f32, Device{}), dx_gpu = Tensor::zeros(x.shape(), DType::f32, g);
+	cpu.conv2d_backward_data(geo, w, dy, dx, Tensor());
+	cuda.conv2d_backward_data(geo, on(g, w), on(g, dy), dx_gpu, workspace);
+	check_close(dx, dx_gpu, "input gradient");
+	const Tensor dw = Tensor::zeros(w.shape(), DType::f32, Device{}), dw_gpu = Tensor::zeros(w.shape(), DType::f32, g);
+	cpu.conv2d_backward_weights(geo, x, dy, dw, false, Tensor());
+	cuda.conv2d_backward_weights(geo, on(g, x), on(g, dy), dw_gpu, false, workspace);
+	check_close(dw, dw_gpu, "weight gradient");
+}
+
 TEST_CASE("MaxPool2d, ReLU and Flatten")
 {
 	compare_layer([](const Device&) { return std::make_unique<MaxPool2d>(); }, {3, 4, 9, 8});

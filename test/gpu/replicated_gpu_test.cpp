@@ -80,7 +80,8 @@ TEST_CASE("replicated training on the GPU matches the CPU backend, every mode, o
 }
 
 // The optimizer's host span ends once its kernels are queued; its "optimizer kernels" span comes
-// from CUDA events, one per update (the last one written when the engine goes), on the GPU's clock.
+// from CUDA events, one per update, on the GPU's clock. The timeline finishes while the engine
+// still lives, as in a run: the last update's span, still pending then, must be written too.
 TEST_CASE("the timeline shows the optimizer's kernels on the GPU's clock, and every bucket's all-reduce")
 {
 	const Topology topology(world().comm(), std::nullopt);
@@ -93,8 +94,12 @@ TEST_CASE("the timeline shows the optimizer's kernels on the GPU's clock, and ev
 		std::snprintf(path, sizeof path, "/tmp/tower-gpu-timeline-%d.json", static_cast<int>(::getpid()));
 	MPI_Bcast(path, sizeof path, MPI_CHAR, 0, world().comm());
 	timeline::start(world().comm(), path);
+	spec.after_step = [&](const tower::test::ModelEngine&, const StepStats&, int step) {
+		if (step == spec.steps - 1)
+			timeline::finish(world().comm());
+	};
 	tower::test::run_training(topology, spec, data);
-	timeline::finish(world().comm());
+	CHECK_FALSE(timeline::enabled());
 	if (world().rank() == 0) {
 		std::ifstream in(path);
 		std::stringstream text;

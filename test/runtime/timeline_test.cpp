@@ -90,6 +90,37 @@ TEST_CASE("spans from the main and a named thread land on their rank's track, ar
 	CHECK_FALSE(part.good()); // merged: the part is gone
 }
 
+TEST_CASE("finish() first writes the spans still pending (a GPU span's), and a removed writer is not run")
+{
+	const std::string path = shared_path("pending");
+	timeline::start(world().comm(), path);
+	const int generation = timeline::detail::generation();
+	const double at = timeline::detail::now_us();
+	int removed_runs = 0;
+	const int kept = timeline::detail::add_before_finish([&] {
+		timeline::detail::write_complete("pending", "test", generation, at, at + 5.0, "\"clock\":\"gpu\"");
+	});
+	const int removed = timeline::detail::add_before_finish([&] { ++removed_runs; });
+	timeline::detail::remove_before_finish(removed);
+	timeline::finish(world().comm());
+	timeline::detail::remove_before_finish(kept);
+	CHECK(removed_runs == 0);
+	if (world().rank() == 0) {
+		const nlohmann::json events = read_json(path);
+		for (int r = 0; r < world().size(); ++r) {
+			int pending = 0;
+			for (const auto& e : events)
+				if (e["pid"] == r && e["name"] == "pending") {
+					++pending;
+					CHECK(e["dur"].get<double>() == doctest::Approx(5.0));
+					CHECK(e["args"]["clock"] == "gpu");
+				}
+			CHECK_MESSAGE(pending == 1, "rank ", r);
+		}
+		std::remove(path.c_str());
+	}
+}
+
 TEST_CASE("a span while nothing is recorded writes nothing, and a second start is refused on every rank")
 {
 	{

@@ -176,7 +176,11 @@ void CudaOps::bias_grad(const Tensor& dy, const Tensor& db, int64_t inner, bool 
 	const int64_t outer = checked_bias_outer(dy, db, inner);
 	expect_here(dy, "output gradient");
 	expect_here(db, "bias gradient");
-	cuda::bias_grad(dy.dtype(), dy.data(), db.data(), outer, db.numel(), inner, accumulate);
+	const int64_t scratch = cuda::bias_grad_partials(db.numel());
+	if (bias_partials_.numel() < scratch)
+		bias_partials_ = Tensor::empty({scratch}, DType::f32, device_);
+	cuda::bias_grad(dy.dtype(), dy.data(), db.data(), outer, db.numel(), inner, accumulate,
+			bias_partials_.data_as<float>());
 }
 
 void CudaOps::relu_forward(const Tensor& x, const Tensor& y) const

@@ -67,6 +67,8 @@ private:
 	// Per-row losses and flags (grown to the largest batch seen and then reused), and the two
 	// totals and the bad-label flag of the cross-entropy, side by side.
 	mutable Tensor xent_rows_;
+	// The bias gradient's per-block partial sums, grown to the most channels seen.
+	mutable Tensor bias_partials_;
 	Tensor xent_results_;
 	// Per-block partial sums and the total of sum_of_squares.
 	Tensor square_partials_;

@@ -31,16 +31,16 @@ __global__ void bias_act_kernel(T* y, const T* bias, int64_t n, int64_t channels
 	}
 }
 
-// One block per channel sums its outer*inner entries in f32 in a fixed order, so results are
-// deterministic from run to run.
+// Block (c, s) of a grid of channels x splits sums its share of channel c's outer*inner entries
+// (every splits-th run of blockDim of them) in f32 into partials[c * splits + s]; every share and
+// order is fixed, so results are deterministic from run to run.
 template <typename T>
-__global__ void bias_grad_kernel(const T* dy, T* db, int64_t outer, int64_t channels, int64_t inner, bool accumulate)
+__global__ void bias_grad_partial_kernel(const T* dy, float* partials, int64_t channels, int64_t inner, int64_t count)
 {
 	__shared__ float partial[block_threads];
-	const int64_t c = blockIdx.x;
-	const int64_t count = outer * inner;
+	const int64_t c = blockIdx.x, s = blockIdx.y, splits = gridDim.y;
 	float sum = 0.0f;
-	for (int64_t j = threadIdx.x; j < count; j += blockDim.x) {
+	for (int64_t j = s * blockDim.x + threadIdx.x; j < count; j += splits * blockDim.x) {
 		const int64_t o = j / inner, i = j % inner;
 		sum += to_f32(dy[(o * channels + c) * inner + i]);
 	}
@@ -52,7 +52,20 @@ __global__ void bias_grad_kernel(const T* dy, T* db, int64_t outer, int64_t chan
 		__syncthreads();
 	}
 	if (threadIdx.x == 0)
-		db[c] = from_f32<T>(accumulate ? to_f32(db[c]) + partial[0] : partial[0]);
+		partials[c * splits + s] = partial[0];
+}
+
+// One thread per channel adds its partials in order and rounds once.
+template <typename T>
+__global__ void bias_grad_total_kernel(const float* partials, T* db, int64_t channels, int64_t splits, bool accumulate)
+{
+	TOWER_GRID_STRIDE(c, channels)
+	{
+		float sum = 0.0f;
+		for (int64_t s = 0; s < splits; ++s)
+			sum += partials[c * splits + s];
+		db[c] = from_f32<T>(accumulate ? to_f32(db[c]) + sum : sum);
+	}
 }
 
 template <typename T> __global__ void relu_forward_kernel(const T* x, T* y, int64_t n)
@@ -128,16 +141,27 @@ void bias_act(DType t, void* y, const void* bias, int64_t outer, int64_t channel
 	check_launch("bias_act");
 }
 
-void bias_grad(DType t, const void* dy, void* db, int64_t outer, int64_t channels, int64_t inner, bool accumulate)
+void bias_grad(DType t, const void* dy, void* db, int64_t outer, int64_t channels, int64_t inner, bool accumulate,
+	       float* partials)
 {
 	if (channels == 0)
 		return;
+	// Enough blocks to cover a GPU's multiprocessors a few times over, but no block with less
+	// than a few loads per thread.
+	const int64_t count = outer * inner;
+	const int64_t wanted = std::max<int64_t>(1, 1024 / channels);
+	const int64_t worthwhile = std::max<int64_t>(1, count / (4 * block_threads));
+	const int64_t splits = std::min({wanted, worthwhile, bias_grad_splits});
+	const dim3 grid(static_cast<unsigned>(channels), static_cast<unsigned>(splits));
 	with_float_type(t, [&](auto tag) {
 		using T = decltype(tag);
-		bias_grad_kernel<<<static_cast<unsigned>(channels), block_threads, 0, stream()>>>(
-			static_cast<const T*>(dy), static_cast<T*>(db), outer, channels, inner, accumulate);
+		bias_grad_partial_kernel<<<grid, block_threads, 0, stream()>>>(static_cast<const T*>(dy), partials, channels,
+									     inner, count);
+		check_launch("bias_grad");
+		bias_grad_total_kernel<<<grid_for(channels), block_threads, 0, stream()>>>(partials, static_cast<T*>(db),
+											 channels, splits, accumulate);
 	});
-	check_launch("bias_grad");
+	check_launch("bias_grad total");
 }
 
 void relu_forward(DType t, const void* x, void* y, int64_t n)

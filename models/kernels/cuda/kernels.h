@@ -12,7 +12,16 @@ namespace tower::cuda {
 void fill(DType t, void* x, int64_t n, float value);
 void axpy(DType t, float alpha, const void* x, void* y, int64_t n);
 void bias_act(DType t, void* y, const void* bias, int64_t outer, int64_t channels, int64_t inner, bool relu);
-void bias_grad(DType t, const void* dy, void* db, int64_t outer, int64_t channels, int64_t inner, bool accumulate);
+// db[c] (+)= sum over o, i of dy[o, c, i], with `partials` (bias_grad_partials(channels) floats)
+// as scratch: each channel is split across up to bias_grad_splits blocks, so a convolution's few
+// channels still fill the GPU.
+constexpr int64_t bias_grad_splits = 32;
+constexpr int64_t bias_grad_partials(int64_t channels)
+{
+	return channels * bias_grad_splits;
+}
+void bias_grad(DType t, const void* dy, void* db, int64_t outer, int64_t channels, int64_t inner, bool accumulate,
+	       float* partials);
 void relu_forward(DType t, const void* x, void* y, int64_t n);
 void relu_backward(DType t, const void* y, const void* dy, void* dx, int64_t n);
 // dst (type dt) = or += src (type st).
