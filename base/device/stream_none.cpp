@@ -1,21 +1,10 @@
 // Streams and markers of a CPU-only build: there is no stream, and every marker is reached at once.
 #include "base/device/stream.h"
 
+#include "base/device/cpu_only.h"
 #include "base/error.h"
 
 namespace tower {
-
-namespace {
-
-void require_cpu(const Device& device)
-{
-	if (device.is_cuda())
-		throw Error(fmt::format("device {} used, but tower was built without CUDA; rebuild with "
-					"-Dcuda=enabled",
-					device.name()));
-}
-
-} // namespace
 
 void* thread_stream()
 {
@@ -24,7 +13,7 @@ void* thread_stream()
 
 SideStream::SideStream(const Device& device) : device_(device)
 {
-	require_cpu(device);
+	require_cpu_build(device);
 }
 
 SideStream::~SideStream() = default;
@@ -35,7 +24,7 @@ SideStreamDrain::~SideStreamDrain() noexcept(false) {}
 
 StreamMarker::StreamMarker(const Device& device, bool) : device_(device)
 {
-	require_cpu(device);
+	require_cpu_build(device);
 }
 
 StreamMarker::~StreamMarker() = default;

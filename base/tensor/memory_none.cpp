@@ -1,27 +1,16 @@
 // Device memory of a CPU-only build: every device is the host.
 #include <cstring>
 
+#include "base/device/cpu_only.h"
 #include "base/error.h"
 #include "base/tensor/memory.h"
 #include "base/tensor/memory_host.h"
 
 namespace tower {
 
-namespace {
-
-void require_cpu(const Device& device)
-{
-	if (device.is_cuda())
-		throw Error(fmt::format("device {} used, but tower was built without CUDA; rebuild with "
-					"-Dcuda=enabled",
-					device.name()));
-}
-
-} // namespace
-
 void* device_alloc(const Device& device, size_t bytes)
 {
-	require_cpu(device);
+	require_cpu_build(device);
 	return host_alloc(bytes);
 }
 
@@ -32,8 +21,8 @@ void device_free(const Device&, void* pointer) noexcept
 
 void copy_bytes(void* dst, const Device& dst_device, const void* src, const Device& src_device, size_t bytes)
 {
-	require_cpu(dst_device);
-	require_cpu(src_device);
+	require_cpu_build(dst_device);
+	require_cpu_build(src_device);
 	if (bytes)
 		std::memcpy(dst, src, bytes);
 }
@@ -45,7 +34,7 @@ void upload_bytes_async(void* dst, const Device& dst_device, const void* src, si
 
 void* pinned_host_alloc(const Device& device, size_t bytes)
 {
-	require_cpu(device);
+	require_cpu_build(device);
 	return bytes ? host_alloc(bytes) : nullptr;
 }
 
@@ -56,25 +45,25 @@ void pinned_host_free(const Device&, void* pointer) noexcept
 
 void zero_bytes(void* pointer, const Device& device, size_t bytes)
 {
-	require_cpu(device);
+	require_cpu_build(device);
 	if (bytes)
 		std::memset(pointer, 0, bytes);
 }
 
 size_t peak_memory_bytes(const Device& device)
 {
-	require_cpu(device);
+	require_cpu_build(device);
 	return host_peak_rss_bytes();
 }
 
 void device_synchronize(const Device& device)
 {
-	require_cpu(device);
+	require_cpu_build(device);
 }
 
 void wait_thread_stream(const Device& device)
 {
-	require_cpu(device);
+	require_cpu_build(device);
 }
 
 } // namespace tower
