@@ -23,7 +23,8 @@ public:
 
 private:
 	Device device_;
-	void* stream_ = nullptr;
+	// Unread in a build without CUDA, whose stand-ins do nothing.
+	[[maybe_unused]] void* stream_ = nullptr;
 };
 
 // Waits, when it goes out of scope, for the work queued on the calling thread's stream, when
@@ -38,7 +39,7 @@ public:
 
 private:
 	Device device_;
-	bool active_;
+	[[maybe_unused]] bool active_; // unread without CUDA
 };
 
 // A marker in the stream of the thread that records it: what was queued there before record() is
@@ -66,7 +67,7 @@ private:
 	void release() noexcept;
 
 	Device device_;
-	void* event_ = nullptr;
+	[[maybe_unused]] void* event_ = nullptr; // unread without CUDA
 };
 
 } // namespace tower
