@@ -123,11 +123,39 @@ TEST_CASE("MaxPool2d, ReLU and Flatten")
 	compare_layer([](const Device&) { return std::make_unique<Flatten>(); }, {2, 3, 4, 5});
 }
 
+// Multiples of 2^-bits. Sums of products of such values are exact in f32 while they stay small, so
+// both devices compute the same convolution outputs bit for bit, whatever their order of summation.
+std::vector<float> on_grid(std::vector<float> values, int bits)
+{
+	for (float& v : values)
+		v = std::ldexp(std::round(std::ldexp(v, bits)), -bits);
+	return values;
+}
+
+// The CNN's gradients reach its convolutions through max pooling, which sends each window's
+// gradient to its largest input. Two inputs within rounding of each other can come out in either
+// order on the two devices, and the gradient then lands on another element; on an H100 one such
+// window in 100,000 moved conv2's weight gradient of one channel and all of conv1's by up to 10%.
+// With images and convolution parameters on a grid, the convolutions are exact on both devices, so
+// every window picks the same element and the comparison sees the kernels alone.
+void put_convolutions_on_grid(Model& cpu, Model& cuda)
+{
+	const auto pc = cpu.parameters(), pg = cuda.parameters();
+	for (size_t i = 0; i < pc.size(); ++i) {
+		if (!pc[i]->name.starts_with("conv"))
+			continue;
+		Tensor& value = pc[i]->value;
+		value.copy_from(Tensor::from_host(on_grid(value.to_host_f32(), 8), value.shape(), Device{}));
+		pg[i]->value.copy_from(value);
+	}
+}
+
 TEST_CASE("the mlp and the cnn give the same loss, correct count and gradients on both devices")
 {
 	const Device g = gpu();
 	const int64_t batch = 32;
-	const Tensor images = Tensor::from_host(seeded_uniform("img", 5, batch * 784, 1.0f), {batch, 1, 28, 28}, Device{});
+	const Tensor images =
+		Tensor::from_host(on_grid(seeded_uniform("img", 5, batch * 784, 1.0f), 3), {batch, 1, 28, 28}, Device{});
 	Tensor labels = Tensor::empty({batch}, DType::i32, Device{});
 	for (int64_t i = 0; i < batch; ++i)
 		labels.data_as<int32_t>()[i] = static_cast<int32_t>(i % 10);
@@ -135,6 +163,7 @@ TEST_CASE("the mlp and the cnn give the same loss, correct count and gradients o
 		CAPTURE(name);
 		auto cpu = make_model(ModelConfig{name, 0, 2, 9}, Device{});
 		auto cuda = make_model(ModelConfig{name, 0, 2, 9}, g);
+		put_convolutions_on_grid(*cpu, *cuda);
 		const ForwardResult rc = cpu->forward(images, labels);
 		const ForwardResult rg = cuda->forward(on(g, images), on(g, labels));
 		CHECK(rg.loss == doctest::Approx(rc.loss).epsilon(1e-4));

@@ -32,7 +32,8 @@ inline double pooled_conv_tolerance(DType t)
 // input lies within rounding of zero, or a max-pool window whose two largest inputs round to a
 // tie, switches the gradient of that element entirely, as it does between any two GPUs' kernels;
 // such switches are rare, so they move the norm little, while a wrong kernel moves it a lot.
-inline void check_close(const Tensor& ref, const Tensor& got, double tol, const std::string& what)
+// ||got - ref|| / ||ref|| in the L2 norm.
+inline double relative_l2(const Tensor& ref, const Tensor& got)
 {
 	REQUIRE(ref.shape() == got.shape());
 	const std::vector<float> a = ref.to_host_f32(), b = got.to_host_f32();
@@ -43,7 +44,12 @@ inline void check_close(const Tensor& ref, const Tensor& got, double tol, const 
 		norm += static_cast<double>(a[i]) * a[i];
 	}
 	REQUIRE(norm > 0.0); // a comparison of zeros could not fail
-	const double relative = std::sqrt(diff / norm);
+	return std::sqrt(diff / norm);
+}
+
+inline void check_close(const Tensor& ref, const Tensor& got, double tol, const std::string& what)
+{
+	const double relative = relative_l2(ref, got);
 	INFO(what, ": relative L2 error ", relative, " above ", tol);
 	CHECK(relative <= tol);
 }
