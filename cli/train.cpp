@@ -36,7 +36,12 @@ void add_model_options(CLI::App& app, TrainConfig& c)
 
 void add_optimizer_options(CLI::App& app, TrainConfig& c)
 {
-	app.add_option("--optimizer", c.optimizer.name, "sgd, momentum, adam or adamw");
+	// The library's "none" leaves the update to a framework (the PyTorch front end): not a trainer's.
+	app.add_option("--optimizer", c.optimizer.name, "sgd, momentum, adam or adamw")->check([](const std::string& v) {
+		return v == "none" ? std::string("'none' leaves the update to another framework (tower.torch); tower train "
+						 "needs sgd, momentum, adam or adamw")
+				   : std::string();
+	});
 	app.add_option("--lr", c.schedule.base_lr, "Learning rate")->check(CLI::PositiveNumber);
 	app.add_option("--momentum", c.optimizer.momentum, "Momentum coefficient (momentum)");
 	app.add_flag("--nesterov", c.optimizer.nesterov, "Nesterov momentum");

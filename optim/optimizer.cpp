@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "optim/adam.h"
+#include "optim/no_update.h"
 #include "optim/parameter_checks.h"
 #include "optim/sgd.h"
 #include "base/error.h"
@@ -74,6 +75,8 @@ std::vector<std::string> optimizer_names()
 
 std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, const std::vector<Parameter*>& parameters)
 {
+	if (config.name == "none")
+		return std::make_unique<NoUpdate>(parameters);
 	const auto names = optimizer_names();
 	require(std::find(names.begin(), names.end(), config.name) != names.end(),
 		fmt::format("unknown optimizer '{}'; valid optimizers: {}", config.name, fmt::join(names, ", ")));

@@ -13,7 +13,9 @@
 namespace tower {
 
 struct OptimizerConfig {
-	std::string name = "momentum"; // sgd | momentum | adam | adamw
+	// sgd | momentum | adam | adamw, or none: the program's framework applies the update (tower
+	// reduces, unscales and checks the gradients only)
+	std::string name = "momentum";
 	float momentum = 0.9f;         // momentum only
 	bool nesterov = false;         // momentum only
 	float beta1 = 0.9f;            // adam, adamw

@@ -109,6 +109,10 @@ r = run(2, "--allreduce", "butterfly", "--max-steps", "1")
 expect_error_on_every_rank(r, 2, "butterfly", "unknown all-reduce mode")
 r = run(2, "--optimizer", "lion", "--max-steps", "1")
 expect_error_on_every_rank(r, 2, "lion", "unknown optimizer")
+# The library's "none" (the framework applies the update: tower.torch) is no trainer's optimizer.
+r = run(2, "--optimizer", "none", "--max-steps", "1")
+expect(r.returncode != 0 and "'none' leaves the update to another framework" in r.stderr,
+       f"--optimizer none was not refused: {r.stderr[-2000:]}")
 
 r = run(2, "--precision", "fp8", "--max-steps", "1")
 expect_error_on_every_rank(r, 2, "fp8", "unknown precision")

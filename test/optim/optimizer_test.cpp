@@ -1,4 +1,5 @@
 // Optimizer tests: several steps of each optimizer against a float64 reference, and their state.
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <string>
@@ -287,4 +288,20 @@ TEST_CASE("stepping with other parameters than the optimizer was made for is an 
 	Parameter wrong = Fixture::make("w", {3}, 0.0);
 	wrong.grad = Tensor::zeros({4}, DType::f32, Device{});
 	CHECK_THROWS_WITH_AS(make_optimizer(named("sgd"), {&wrong}), doctest::Contains("gradient has [4]"), Error);
+}
+
+TEST_CASE("'none' counts steps and leaves the parameters to the program's framework")
+{
+	Fixture f;
+	const std::vector<float> before = f.storage[0].value.to_host_f32();
+	auto opt = make_optimizer(named("none"), f.parameters);
+	f.set_gradients(0);
+	opt->step(f.parameters, 0.5f);
+	opt->step(f.parameters, 0.5f);
+	CHECK(f.storage[0].value.to_host_f32() == before);
+	const auto state = opt->state();
+	REQUIRE(state.size() == 1); // the step counter alone
+	CHECK(read_step_counter(state.back()) == 2);
+	const auto names = optimizer_names();
+	CHECK(std::find(names.begin(), names.end(), "none") == names.end()); // not a trainer's choice
 }
