@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The tree's layering holds: each folder includes only the folders below it (base/ none of the
-others; collectives/, optim/, models/ and data/ only base/; runtime/ none of cli/), the public
+others; collectives/, optim/, models/ and data/ only base/; runtime/ none of cli/ or frameworks/; frameworks/ none of cli/), the public
 strategy interface includes no strategy's engine, and runtime/ keeps at most a dozen files at its
 top level. Usage: layout_test.py SOURCE_ROOT"""
 import os
@@ -15,6 +15,7 @@ allowed = {
     "models": {"base", "models"},
     "data": {"base", "data"},
     "runtime": {"base", "collectives", "optim", "models", "data", "runtime"},
+    "frameworks": {"base", "collectives", "optim", "models", "data", "runtime", "frameworks"},
 }
 include = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/[^"]+"', re.M)
 failures = []

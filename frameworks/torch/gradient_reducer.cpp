@@ -1,0 +1,197 @@
+// The core of tower.torch's DistributedOptimizer: gradients reduced as autograd finalizes them.
+#include "frameworks/torch/gradient_reducer.h"
+
+#include <set>
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include "base/error.h"
+#include "frameworks/torch/process.h"
+
+namespace tower::torch_adapter {
+
+namespace {
+
+// Runs after autograd added a parameter's gradient into its .grad (AccumulateGrad's post-hook),
+// on the thread that runs backward, without Python's lock.
+class AccumulatedHook final : public torch::autograd::FunctionPostHook {
+public:
+	AccumulatedHook(GradientReducer* reducer, size_t index) : reducer_(reducer), index_(index) {}
+	torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+						  const torch::autograd::variable_list&) override
+	{
+		reducer_->accumulated(index_);
+		return outputs;
+	}
+
+private:
+	GradientReducer* reducer_;
+	size_t index_;
+};
+
+// What is wrong with this rank's parameters, or "".
+std::string check_parameters(const std::vector<std::pair<std::string, at::Tensor>>& parameters)
+{
+	if (parameters.empty())
+		return "no parameters: pass named_parameters=model.named_parameters()";
+	std::set<std::string> seen;
+	for (const auto& [name, t] : parameters) {
+		if (!seen.insert(name).second)
+			return fmt::format("parameter '{}' is named twice", name);
+		if (!t.device().is_cpu())
+			return fmt::format("parameter '{}' is on {}: this tower.torch reduces CPU tensors (a CUDA build of "
+					   "torch is needed for GPU tensors; docs/torch.md)", name, t.device().str());
+		if (t.scalar_type() != at::kFloat)
+			return fmt::format("parameter '{}' is {}: tower.torch reduces float32 parameters (keep the "
+					   "parameters in float32 and compute in 16 bits with autocast)",
+					   name, c10::toString(t.scalar_type()));
+		if (!t.requires_grad() || !t.is_leaf())
+			return fmt::format("parameter '{}' is not a leaf that requires a gradient", name);
+		if (!t.is_contiguous())
+			return fmt::format("parameter '{}' is not contiguous", name);
+	}
+	return "";
+}
+
+} // namespace
+
+GradientReducer::GradientReducer(std::vector<std::pair<std::string, at::Tensor>> parameters,
+				 const ReducerOptions& options)
+	: passes_per_step_(options.backward_passes_per_step)
+{
+	std::string problem = check_parameters(parameters);
+	if (problem.empty() && options.strategy.name != "replicated")
+		problem = fmt::format("strategy '{}' is not available to PyTorch programs yet; use 'replicated'",
+				      options.strategy.name);
+	if (problem.empty() && passes_per_step_ < 1)
+		problem = fmt::format("backward_passes_per_step is {}; it must be 1 or more", passes_per_step_);
+	agree(private_comm(), problem);
+	std::vector<AgreedField> agreed = options.agreed;
+	agreed.emplace_back("backward_passes_per_step", std::to_string(passes_per_step_));
+	agree_on_fields(private_comm(), agreed, fmt::format("tower.torch.DistributedOptimizer '{}'", options.name));
+
+	for (auto& [name, t] : parameters) {
+		names_.push_back(name);
+		tensors_.push_back(t);
+		const Shape shape(t.sizes().begin(), t.sizes().end());
+		parameters_.push_back({name, Tensor::view(t.data_ptr(), shape, DType::f32, Device{}),
+				       Tensor::zeros(shape, DType::f32, Device{}), {}});
+	}
+	std::vector<Parameter*> pointers;
+	for (Parameter& p : parameters_)
+		pointers.push_back(&p);
+	StrategyOptions strategy = options.strategy;
+	strategy.replicated.shard_update = false; // every rank's torch optimizer applies the whole update
+	OptimizerConfig none;
+	none.name = "none";
+	DistributedOptimizerSettings settings;
+	settings.name = options.name;
+	// Builds the buckets and gives every parameter rank 0's values (written into torch's memory).
+	optimizer_ = std::make_unique<DistributedOptimizer>(topology(), Device{}, std::move(pointers), none, strategy,
+							    settings);
+	const auto f32 = at::TensorOptions().dtype(at::kFloat);
+	for (size_t i = 0; i < parameters_.size(); ++i) {
+		bucket_views_.push_back(at::from_blob(parameters_[i].grad.data(), tensors_[i].sizes(), f32));
+		accumulators_.push_back(torch::autograd::impl::grad_accumulator(tensors_[i]));
+		hooks_.push_back(accumulators_.back()->add_post_hook(std::make_unique<AccumulatedHook>(this, i)));
+	}
+	passes_seen_.assign(parameters_.size(), 0);
+}
+
+GradientReducer::~GradientReducer()
+{
+	for (size_t i = 0; i < tensors_.size(); ++i) {
+		accumulators_[i]->del_post_hook(hooks_[i]);
+		at::Tensor& grad = tensors_[i].mutable_grad();
+		if (grad.defined() && grad.data_ptr() == bucket_views_[i].data_ptr())
+			grad = bucket_views_[i].clone();
+	}
+	int finalized = 0;
+	MPI_Finalized(&finalized);
+	if (finalized)
+		(void)optimizer_.release(); // its communicators died with MPI; the process is ending
+}
+
+size_t GradientReducer::bucket_count() const
+{
+	return optimizer_->facts().buckets;
+}
+
+void GradientReducer::begin_step()
+{
+	pass_ = optimizer_->backward_pass(true);
+	passes_seen_.assign(parameters_.size(), 0);
+	in_step_ = true;
+}
+
+// Points the parameter's .grad at its place in the bucket. Autograd then adds into the bucket in
+// place; after zero_grad(set_to_none=True) it hands over a tensor of its own, copied in once.
+void GradientReducer::bind(size_t index, bool keep_values)
+{
+	at::Tensor& grad = tensors_[index].mutable_grad();
+	const at::Tensor& view = bucket_views_[index];
+	if (grad.defined() && grad.data_ptr() == view.data_ptr())
+		return;
+	if (keep_values && grad.defined())
+		view.copy_(grad);
+	else
+		view.zero_();
+	grad = view;
+}
+
+void GradientReducer::accumulated(size_t index)
+{
+	if (!in_step_)
+		begin_step();
+	int& seen = passes_seen_[index];
+	if (seen >= passes_per_step_)
+		throw Error(fmt::format("parameter '{}' got a gradient {} times before step(): call optimizer.step() (or "
+					"synchronize()) after each backward, or raise backward_passes_per_step to "
+					"accumulate {} passes locally", names_[index], seen + 1, seen + 1));
+	bind(index, true);
+	if (++seen == passes_per_step_ && pass_.on_ready)
+		pass_.on_ready(parameters_[index]);
+}
+
+ReduceResult GradientReducer::synchronize()
+{
+	if (!in_step_)
+		begin_step();
+	const size_t n = parameters_.size();
+	std::vector<unsigned char> used(n, 0);
+	std::vector<bool> had_gradient(n, true);
+	for (size_t i = 0; i < n; ++i) {
+		used[i] = passes_seen_[i] > 0 ? 1 : 0;
+		if (passes_seen_[i] >= passes_per_step_)
+			continue;
+		if (passes_seen_[i] == 0) {
+			// Not used on this rank in this step: it adds what its .grad holds (zeros after
+			// zero_grad; zeros too if it has none), as in Horovod.
+			had_gradient[i] = tensors_[i].grad().defined();
+			bind(i, true);
+		}
+		if (pass_.on_ready)
+			pass_.on_ready(parameters_[i]);
+	}
+	const StepStats stats = optimizer_->step(0.0f);
+	in_step_ = false;
+	// A parameter no rank used keeps no gradient if it had none: the torch optimizer then skips
+	// it, as it would in a program of one process.
+	MPI_Allreduce(MPI_IN_PLACE, used.data(), static_cast<int>(n), MPI_UNSIGNED_CHAR, MPI_MAX, private_comm());
+	for (size_t i = 0; i < n; ++i)
+		if (!used[i] && !had_gradient[i])
+			tensors_[i].mutable_grad() = at::Tensor();
+	ReduceResult result;
+	result.skipped = stats.skipped;
+	result.grad_norm = stats.grad_norm;
+	result.allreduce_s = stats.allreduce_s;
+	result.hidden_fraction = stats.hidden_fraction;
+	result.buckets = bucket_count();
+	return result;
+}
+
+} // namespace tower::torch_adapter

@@ -1,0 +1,82 @@
+// The core of tower.torch's DistributedOptimizer: a torch module's gradients reduced by tower's
+// replicated strategy as autograd finalizes them; the wrapped torch optimizer applies them.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+
+#include "base/mpi/agree.h"
+#include "runtime/distributed_optimizer.h"
+
+namespace torch::autograd {
+struct Node;
+}
+
+namespace tower::torch_adapter {
+
+struct ReducerOptions {
+	// The strategy and its options (tower's own table); only "replicated" so far. The adapter
+	// never shards the update (the torch optimizer applies it on every rank).
+	StrategyOptions strategy;
+	// Horovod's backward_passes_per_step: the passes summed locally before one reduction.
+	int backward_passes_per_step = 1;
+	// Names this optimizer in errors and in the run agreement.
+	std::string name;
+	// What else every rank must hold alike: the wrapped optimizer's class and settings.
+	std::vector<AgreedField> agreed;
+};
+
+struct ReduceResult {
+	bool skipped = false;  // a reduced gradient was inf or NaN: no rank may apply this step
+	double grad_norm = 0;  // of the reduced gradients
+	double allreduce_s = 0;
+	double hidden_fraction = 0; // of the all-reduce time, the share that ran during backward
+	size_t buckets = 0;
+};
+
+class GradientReducer {
+public:
+	// Collective over every rank: checks that the ranks agree on the options, the wrapped
+	// optimizer and the parameters (names, shapes, dtypes, order), then gives every parameter
+	// rank 0's values and hooks its gradient accumulator. Parameters must be float32 leaves on
+	// the CPU that require gradients.
+	GradientReducer(std::vector<std::pair<std::string, at::Tensor>> parameters, const ReducerOptions& options);
+	// Leaves every gradient in memory of its own and removes the hooks.
+	~GradientReducer();
+	GradientReducer(const GradientReducer&) = delete;
+	GradientReducer& operator=(const GradientReducer&) = delete;
+
+	// Collective: reports the gradients no hook reported (a parameter this rank did not use adds
+	// zeros), waits for every bucket, and checks the result. Parameters no rank used keep the
+	// gradient torch left them (none, if they never had one), so the torch optimizer treats
+	// them as it would alone.
+	ReduceResult synchronize();
+	// A backward pass ran since the last synchronize(): zeroing the gradients now would race.
+	bool gradients_pending() const { return in_step_; }
+	size_t bucket_count() const;
+	// The hooks' entry (autograd's thread): parameter `index` was accumulated.
+	void accumulated(size_t index);
+
+private:
+	void begin_step();
+	void bind(size_t index, bool keep_values);
+
+	std::vector<std::string> names_;
+	std::vector<at::Tensor> tensors_;  // the torch parameters
+	std::vector<Parameter> parameters_; // the same memory, as tower sees it
+	std::unique_ptr<DistributedOptimizer> optimizer_;
+	std::vector<at::Tensor> bucket_views_; // each gradient's place in a fused bucket
+	std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+	std::vector<uintptr_t> hooks_;
+	int passes_per_step_ = 1;
+	bool in_step_ = false;
+	BackwardPass pass_;
+	std::vector<int> passes_seen_; // per parameter, this step
+};
+
+} // namespace tower::torch_adapter

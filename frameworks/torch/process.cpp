@@ -1,0 +1,88 @@
+// The MPI world of a PyTorch program: made once by init(), ended by shutdown().
+#include "frameworks/torch/process.h"
+
+#include <memory>
+#include <optional>
+
+#include "base/error.h"
+#include "base/mpi/world.h"
+
+namespace tower::torch_adapter {
+
+namespace {
+
+struct Process {
+	std::unique_ptr<World> world; // empty when the program started MPI itself
+	std::optional<Topology> topology;
+	std::unique_ptr<Communicator> host;
+	MPI_Comm bookkeeping = MPI_COMM_NULL;
+};
+
+std::unique_ptr<Process> process;
+bool ended = false;
+
+Process& current()
+{
+	if (!process)
+		throw Error(ended ? "tower.torch was shut down: MPI cannot start again in this process"
+				  : "tower.torch.init() has not been called: call it before any other tower.torch function");
+	return *process;
+}
+
+} // namespace
+
+void init()
+{
+	if (process)
+		return;
+	if (ended)
+		throw Error("tower.torch.init() after shutdown(): MPI cannot start again in this process");
+	auto p = std::make_unique<Process>();
+	int started = 0;
+	MPI_Initialized(&started);
+	if (started) {
+		int level = MPI_THREAD_SINGLE;
+		MPI_Query_thread(&level);
+		if (level != MPI_THREAD_MULTIPLE)
+			throw Error("MPI was started without MPI_THREAD_MULTIPLE, which tower's communication thread "
+				    "needs: import tower.torch and call init() before anything else starts MPI");
+		MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+	} else {
+		p->world = std::make_unique<World>(nullptr, nullptr);
+	}
+	p->topology.emplace(MPI_COMM_WORLD, ranks_per_node_setting(std::nullopt));
+	p->host = make_communicator(MPI_COMM_WORLD, Device{});
+	MPI_Comm_dup(MPI_COMM_WORLD, &p->bookkeeping);
+	process = std::move(p);
+}
+
+void shutdown()
+{
+	if (!process)
+		return;
+	MPI_Comm_free(&process->bookkeeping);
+	process.reset(); // the world last: it finalizes MPI if init() started it
+	ended = true;
+}
+
+bool is_initialized()
+{
+	return process != nullptr;
+}
+
+const Topology& topology()
+{
+	return *current().topology;
+}
+
+Communicator& host_communicator()
+{
+	return *current().host;
+}
+
+MPI_Comm private_comm()
+{
+	return current().bookkeeping;
+}
+
+} // namespace tower::torch_adapter

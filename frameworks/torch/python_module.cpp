@@ -1,0 +1,173 @@
+// The Python extension behind tower.torch (python/tower/torch/): the process, the tensor
+// collectives and the gradient reducer, bound with pybind11. The Horovod-named API is in Python.
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/extension.h>
+
+#include "base/error.h"
+#include "collectives/all_reduce.h"
+#include "frameworks/torch/gradient_reducer.h"
+#include "frameworks/torch/process.h"
+#include "frameworks/torch/tensor_collectives.h"
+#include "tower_config.h"
+
+namespace py = pybind11;
+using namespace tower;
+using namespace tower::torch_adapter;
+
+namespace {
+
+// tower.torch's keyword arguments in tower's own table (StrategyOptions and friends).
+struct ReducerArguments {
+	std::string name;
+	std::string op = "mean";          // mean | sum
+	std::string compression = "none"; // none | fp16 | bf16
+	std::string allreduce = "auto";   // auto | ring | hierarchical | naive
+	double fusion_mb = 25.0;
+	bool overlap = true;
+	GroupAssignment groups;
+	int backward_passes_per_step = 1;
+	std::string strategy = "replicated";
+	std::vector<std::pair<std::string, std::string>> agreed;
+};
+
+ReducerOptions reducer_options(const ReducerArguments& a)
+{
+	ReducerOptions o;
+	o.name = a.name;
+	o.strategy.name = a.strategy;
+	o.strategy.gradients.reduce = parse_reduce_op(a.op);
+	if (a.compression == "fp16")
+		o.strategy.gradients.compress = DType::f16;
+	else if (a.compression == "bf16")
+		o.strategy.gradients.compress = DType::bf16;
+	else if (a.compression != "none")
+		throw AgreedError(fmt::format("compression '{}': use none, fp16 or bf16", a.compression));
+	ReplicatedOptions& r = o.strategy.replicated;
+	r.groups = a.groups;
+	r.mode = a.allreduce == "auto" ? automatic_all_reduce_mode(topology(), Device{}, a.groups)
+				       : parse_all_reduce_mode(a.allreduce);
+	if (a.fusion_mb < 0)
+		throw AgreedError(fmt::format("fusion_mb {} is negative; 0 gives one bucket per parameter", a.fusion_mb));
+	r.fusion_mb = a.fusion_mb;
+	r.overlap = a.overlap;
+	o.backward_passes_per_step = a.backward_passes_per_step;
+	o.agreed = a.agreed;
+	o.agreed.emplace_back("allreduce", a.allreduce);
+	return o;
+}
+
+// Owns one reducer until close() (or the end of the Python object): tower.torch.shutdown()
+// closes every open one before MPI ends.
+class PyReducer {
+public:
+	PyReducer(std::vector<std::pair<std::string, at::Tensor>> parameters, const ReducerArguments& arguments)
+		: reducer_(std::make_unique<GradientReducer>(std::move(parameters), reducer_options(arguments)))
+	{
+	}
+
+	py::dict synchronize()
+	{
+		ReduceResult r;
+		{
+			py::gil_scoped_release unlocked;
+			r = open().synchronize();
+		}
+		py::dict d;
+		d["skipped"] = r.skipped;
+		d["grad_norm"] = r.grad_norm;
+		d["allreduce_s"] = r.allreduce_s;
+		d["hidden_fraction"] = r.hidden_fraction;
+		d["buckets"] = r.buckets;
+		return d;
+	}
+	bool gradients_pending() { return open().gradients_pending(); }
+	size_t bucket_count() { return open().bucket_count(); }
+	void close() { reducer_.reset(); }
+	bool closed() const { return !reducer_; }
+
+private:
+	GradientReducer& open()
+	{
+		if (!reducer_)
+			throw Error("this DistributedOptimizer was closed (tower.torch.shutdown())");
+		return *reducer_;
+	}
+	std::unique_ptr<GradientReducer> reducer_;
+};
+
+} // namespace
+
+PYBIND11_MODULE(_core, m)
+{
+	m.doc() = "tower's runtime for PyTorch programs (use tower.torch)";
+	// Every rank raises AgreedError alike; Error is one rank's own failure.
+	static py::exception<Error> error(m, "TowerError", PyExc_RuntimeError);
+	static py::exception<AgreedError> agreed(m, "AgreedError", error.ptr());
+	py::register_exception_translator([](std::exception_ptr p) {
+		try {
+			if (p)
+				std::rethrow_exception(p);
+		} catch (const AgreedError& e) {
+			PyErr_SetString(agreed.ptr(), e.what());
+		} catch (const Error& e) {
+			PyErr_SetString(error.ptr(), e.what());
+		}
+	});
+
+	m.def("init", &init);
+	m.def("shutdown", &shutdown);
+	m.def("is_initialized", &is_initialized);
+	m.def("size", [] { return topology().size(); });
+	m.def("rank", [] { return topology().rank(); });
+	m.def("local_rank", [] { return topology().local_rank(); });
+	m.def("local_size", [] { return topology().local_size(); });
+	m.def("cross_rank", [] { return topology().node(); });
+	m.def("cross_size", [] { return topology().node_count(); });
+	m.def("cuda_built", [] { return TOWER_HAVE_CUDA == 1; });
+
+	auto op = [](const std::string& name) { return parse_reduce_op(name); };
+	m.def("allreduce", [op](const at::Tensor& t, const std::string& o, const std::string& name) {
+		py::gil_scoped_release unlocked;
+		return allreduce(t, op(o), name);
+	});
+	m.def("allreduce_", [op](const at::Tensor& t, const std::string& o, const std::string& name) {
+		py::gil_scoped_release unlocked;
+		allreduce_(t, op(o), name);
+	});
+	m.def("broadcast_", [](const at::Tensor& t, int root, const std::string& name) {
+		py::gil_scoped_release unlocked;
+		broadcast_(t, root, name);
+	});
+	m.def("allgather", [](const at::Tensor& t, const std::string& name) {
+		py::gil_scoped_release unlocked;
+		return allgather(t, name);
+	});
+	m.def("barrier", [] {
+		py::gil_scoped_release unlocked;
+		barrier();
+	});
+
+	py::class_<ReducerArguments>(m, "ReducerArguments")
+		.def(py::init<>())
+		.def_readwrite("name", &ReducerArguments::name)
+		.def_readwrite("op", &ReducerArguments::op)
+		.def_readwrite("compression", &ReducerArguments::compression)
+		.def_readwrite("allreduce", &ReducerArguments::allreduce)
+		.def_readwrite("fusion_mb", &ReducerArguments::fusion_mb)
+		.def_readwrite("overlap", &ReducerArguments::overlap)
+		.def_readwrite("groups", &ReducerArguments::groups)
+		.def_readwrite("backward_passes_per_step", &ReducerArguments::backward_passes_per_step)
+		.def_readwrite("strategy", &ReducerArguments::strategy)
+		.def_readwrite("agreed", &ReducerArguments::agreed);
+	py::class_<PyReducer>(m, "GradientReducer")
+		.def(py::init<std::vector<std::pair<std::string, at::Tensor>>, const ReducerArguments&>())
+		.def("synchronize", &PyReducer::synchronize)
+		.def("gradients_pending", &PyReducer::gradients_pending)
+		.def("bucket_count", &PyReducer::bucket_count)
+		.def("close", &PyReducer::close)
+		.def("closed", &PyReducer::closed);
+}

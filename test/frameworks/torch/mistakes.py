@@ -1,0 +1,93 @@
+"""Run under mpirun at 2 ranks by torch_test.py: one mistake a PyTorch program can make (argv[1]).
+Each must end with a clear error on every rank, or (unused-on-one-rank) train without one."""
+import sys
+
+import torch
+import torch.nn.functional as F
+
+import tower.torch as hvd
+
+mistake = sys.argv[1]
+hvd.init()
+R = hvd.rank()
+
+
+def model(hidden=8, branch=False):
+    torch.manual_seed(3)
+    m = torch.nn.ModuleDict({"a": torch.nn.Linear(4, hidden), "b": torch.nn.Linear(hidden, 3)})
+    if branch:
+        m["extra"] = torch.nn.Linear(hidden, 3)
+    return m
+
+
+def forward(m, x, use_extra=False):
+    h = torch.tanh(m["a"](x))
+    out = m["b"](h)
+    return out + m["extra"](h) if use_extra else out
+
+
+def wrap(m, lr=0.1, **options):
+    return hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=lr), named_parameters=m.named_parameters(),
+                                    **options)
+
+
+def report(error):
+    print(f"rank {R}: {type(error).__name__}: {error}", flush=True)
+    sys.exit(3)
+
+
+x, y = torch.randn(6, 4), torch.randint(0, 3, (6,))
+try:
+    if mistake == "different-model":
+        wrap(model(hidden=8 if R == 0 else 9))
+    elif mistake == "different-optimizer":
+        wrap(model(), lr=0.1 if R == 0 else 0.2)
+    elif mistake == "horovod-name-outside":
+        opt = wrap(model(), op=hvd.Adasum)
+    elif mistake == "strategy":
+        wrap(model(), strategy="async")
+    elif mistake == "forgot-step":
+        m = model()
+        opt = wrap(m)
+        for _ in range(2):
+            F.cross_entropy(forward(m, x), y).backward()
+    elif mistake == "zero-grad-before-step":
+        m = model()
+        opt = wrap(m)
+        F.cross_entropy(forward(m, x), y).backward()
+        opt.zero_grad()
+    elif mistake == "collectives-out-of-order":
+        t = torch.ones(3)
+        hvd.allreduce(t, name="a") if R == 0 else hvd.broadcast(t, 0, name="b")
+    elif mistake == "unused-on-one-rank":
+        # Rank 0 uses the extra branch, rank 1 does not: rank 1 adds zeros for it, nobody hangs,
+        # and both ranks end on the same parameters.
+        m = model(branch=True)
+        opt = wrap(m)
+        for _ in range(3):
+            opt.zero_grad()
+            F.cross_entropy(forward(m, x, use_extra=(R == 0)), y).backward()
+            opt.step()
+        flat = torch.cat([p.detach().flatten() for p in m.parameters()])
+        spread = (hvd.allreduce(flat, op=hvd.Max) - hvd.allreduce(flat, op=hvd.Min)).abs().max().item()
+        print(f"rank {R}: trained; replicas differ by {spread}", flush=True)
+        sys.exit(0 if spread == 0 else 1)
+    elif mistake == "unused-everywhere":
+        # No rank uses the extra branch: torch's optimizer leaves it alone (no gradient), as alone.
+        m = model(branch=True)
+        before = m["extra"].weight.detach().clone()
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1, weight_decay=0.1),
+                                       named_parameters=m.named_parameters())
+        for _ in range(2):
+            opt.zero_grad()
+            F.cross_entropy(forward(m, x), y).backward()
+            opt.step()
+        moved = not torch.equal(before, m["extra"].weight)
+        print(f"rank {R}: unused parameter moved: {moved}; grad {m['extra'].weight.grad}", flush=True)
+        sys.exit(1 if moved or m["extra"].weight.grad is not None else 0)
+    else:
+        raise SystemExit(f"unknown mistake {mistake}")
+except (hvd.TowerError, AttributeError, AssertionError, RuntimeError) as e:
+    report(e)
+print(f"rank {R}: no error", flush=True)
+sys.exit(0)

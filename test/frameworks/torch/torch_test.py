@@ -1,0 +1,58 @@
+#!/usr/bin/env python3
+"""tower.torch under mpirun with Debian's PyTorch: a model trained at 1, 2 and 3 ranks equals plain
+PyTorch in one process (equivalence.py: every all-reduce mode, overlap on and off, 16-bit
+compression, accumulation, Sum; overlap seen during backward; DDP's losses at 2 ranks), and each
+mistake in mistakes.py ends with its clear error on every rank within seconds, or trains.
+Usage: torch_test.py MPIRUN PYTHON"""
+import os
+import subprocess
+import sys
+import time
+
+mpirun, python = sys.argv[1], sys.argv[2]
+here = os.path.dirname(os.path.abspath(__file__))
+failures = []
+
+
+def launch(ranks, script, *args, timeout=120):
+    start = time.monotonic()
+    r = subprocess.run([mpirun, "-np", str(ranks), python, os.path.join(here, script), *args],
+                       capture_output=True, text=True, timeout=timeout)
+    return r, time.monotonic() - start
+
+
+for ranks, args in ((1, ["--quick"]), (2, ["--ddp"]), (3, [])):
+    r, seconds = launch(ranks, "equivalence.py", *args)
+    passed = r.returncode == 0 and r.stdout.count("all passed") == ranks
+    print(f"equivalence at {ranks} rank(s): {'ok' if passed else 'FAILED'} ({seconds:.1f} s)")
+    if not passed:
+        failures.append(f"equivalence at {ranks} rank(s)\n{r.stdout}\n{r.stderr}")
+
+# mistake: the words every rank's error must hold (None: it must train, exit 0)
+mistakes = {
+    "different-model": "'a.weight f32 [8, 4]' on rank 0",
+    "different-optimizer": "param_groups[0].lr is 0.1 on rank 0 and 0.2 on rank 1",
+    "horovod-name-outside": "tower.torch does not provide 'Adasum'",
+    "strategy": "strategy 'async' is not available to PyTorch programs yet",
+    "forgot-step": "got a gradient 2 times before step()",
+    "zero-grad-before-step": "zero_grad() was called after loss.backward()",
+    "collectives-out-of-order": "allreduce('a' Float[3]) op=mean on rank 0 and broadcast('b' Float[3]) root=0 on rank 1",
+    "unused-on-one-rank": None,
+    "unused-everywhere": None,
+}
+for mistake, words in mistakes.items():
+    r, seconds = launch(2, "mistakes.py", mistake, timeout=60)
+    lines = [line for line in r.stdout.splitlines() if line.startswith("rank ")]
+    if words is None:
+        passed = r.returncode == 0
+    else:
+        passed = r.returncode != 0 and all(any(line.startswith(f"rank {k}:") and words in line for line in lines)
+                                           for k in range(2))
+    print(f"{mistake}: {'ok' if passed else 'FAILED'} ({seconds:.1f} s)")
+    if not passed:
+        failures.append(f"{mistake}: exit {r.returncode}, expected {words!r} on both ranks\n{r.stdout}\n{r.stderr}")
+
+if failures:
+    print("\n\n".join(failures))
+    sys.exit(1)
+print("tower.torch: every check passed")
