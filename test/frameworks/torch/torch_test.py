@@ -1,15 +1,18 @@
 #!/usr/bin/env python3
 """tower.torch under mpirun with Debian's PyTorch: a model trained at 1, 2 and 3 ranks equals plain
 PyTorch in one process (equivalence.py: every all-reduce mode, overlap on and off, 16-bit
-compression, accumulation, Sum; overlap seen during backward; DDP's losses at 2 ranks), and each
-mistake in mistakes.py ends with its clear error on every rank within seconds, or trains.
-Usage: torch_test.py MPIRUN PYTHON"""
+compression, accumulation, Sum; overlap seen during backward; DDP's losses at 2 ranks), the
+example GPT (examples/torch/gpt.py) at 2 ranks follows tower's own GPT from the same weights
+(gpt_example.py), and each mistake in mistakes.py ends with its clear error on every rank within
+seconds, or trains.
+Usage: torch_test.py MPIRUN PYTHON GPT_DUMP CORPUS"""
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
-mpirun, python = sys.argv[1], sys.argv[2]
+mpirun, python, gpt_dump, corpus = sys.argv[1:5]
 here = os.path.dirname(os.path.abspath(__file__))
 failures = []
 
@@ -27,6 +30,17 @@ for ranks, args in ((1, ["--quick"]), (2, ["--ddp"]), (3, [])):
     print(f"equivalence at {ranks} rank(s): {'ok' if passed else 'FAILED'} ({seconds:.1f} s)")
     if not passed:
         failures.append(f"equivalence at {ranks} rank(s)\n{r.stdout}\n{r.stderr}")
+
+with tempfile.TemporaryDirectory() as tmp:
+    dump = os.path.join(tmp, "gpt")
+    subprocess.run([gpt_dump, "--layers", "2", "--width", "64", "--heads", "2", "--context", "32", "--batch", "8",
+                    "--steps", "20", "--lr", "1e-3", "--eval-windows", "0", "--data", corpus, "--out", dump],
+                   check=True, capture_output=True)
+    r, seconds = launch(2, "gpt_example.py", dump)
+    passed = r.returncode == 0 and r.stdout.count(" ok") == 2
+    print(f"gpt example at 2 ranks against tower's GPT: {'ok' if passed else 'FAILED'} ({seconds:.1f} s)")
+    if not passed:
+        failures.append(f"gpt example\n{r.stdout}\n{r.stderr}")
 
 # mistake: the words every rank's error must hold (None: it must train, exit 0)
 mistakes = {

@@ -1,0 +1,158 @@
+#!/usr/bin/python3
+"""A byte-level GPT in PyTorch, trained data-parallel through tower.torch (Horovod's API).
+
+The model is tower's `--model gpt` written as a torch module (pre-LayerNorm blocks, causal
+attention, tanh GELU, the head tied to the token embedding); torch differentiates it, torch's
+AdamW applies the update, and tower reduces the gradients while backward runs. Launch:
+
+    mpirun -np 2 /usr/bin/python3 examples/torch/gpt.py --steps 200
+
+(with PYTHONPATH=build/python for a build tree). Every rank trains on windows of its own from
+Debian's fortunes; rank 0 prints the loss, tokens/s and the communication that backward did not hide.
+"""
+import argparse
+import math
+import os
+import resource
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import tower.torch as hvd
+
+
+class Attention(nn.Module):
+    def __init__(self, width, heads):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(width, 3 * width)
+        self.proj = nn.Linear(width, width)
+
+    def forward(self, x, mask):
+        B, T, C = x.shape
+        H = self.heads
+        q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in self.qkv(x).split(C, dim=2))
+        att = ((q @ k.transpose(-2, -1)) / math.sqrt(C // H)).masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        return self.proj((att @ v).transpose(1, 2).reshape(B, T, C))
+
+
+class Mlp(nn.Module):
+    def __init__(self, width):
+        super().__init__()
+        self.fc = nn.Linear(width, 4 * width)
+        self.proj = nn.Linear(4 * width, width)
+
+    def forward(self, x):
+        return self.proj(F.gelu(self.fc(x), approximate="tanh"))
+
+
+class Block(nn.Module):
+    def __init__(self, width, heads):
+        super().__init__()
+        self.ln1, self.attn = nn.LayerNorm(width), Attention(width, heads)
+        self.ln2, self.mlp = nn.LayerNorm(width), Mlp(width)
+
+    def forward(self, x, mask):
+        x = x + self.attn(self.ln1(x), mask)
+        return x + self.mlp(self.ln2(x))
+
+
+class Gpt(nn.Module):
+    """Parameter names follow tower's GPT (h0.attn.qkv.weight, ...), with wte and wpe as embeddings."""
+
+    def __init__(self, layers=4, width=256, heads=4, context=128, vocab=256):
+        super().__init__()
+        self.wte = nn.Embedding(vocab, width)
+        self.wpe = nn.Embedding(context, width)
+        self.h = nn.ModuleDict({f"h{i}": Block(width, heads) for i in range(layers)})
+        self.lnf = nn.LayerNorm(width)
+        # A plain attribute, not a buffer: nothing to keep alike across ranks (and gloo, DDP's
+        # backend here, cannot broadcast booleans).
+        self.mask = torch.ones(context, context, dtype=torch.bool).tril()
+        for name, p in self.named_parameters():  # GPT-2's initialization, as tower's GPT
+            if name.endswith("bias"):
+                nn.init.zeros_(p)
+            elif p.dim() > 1:
+                nn.init.normal_(p, std=0.02)
+
+    def forward(self, tokens):
+        """The mean cross-entropy of predicting each window's next bytes."""
+        inputs, targets = tokens[:, :-1], tokens[:, 1:]
+        T = inputs.shape[1]
+        x = self.wte(inputs) + self.wpe.weight[:T]
+        for block in self.h.values():
+            x = block(x, self.mask[:T, :T])
+        logits = self.lnf(x) @ self.wte.weight.T
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+    def named_parameters(self, prefix="", recurse=True, remove_duplicate=True):
+        # "h.h0.ln1.weight" -> "h0.ln1.weight": tower's names
+        for name, p in super().named_parameters(prefix, recurse):
+            yield name[2:] if name.startswith("h.") else name, p
+
+
+def fortunes(path="/usr/share/games/fortunes"):
+    """The bytes of Debian's fortunes (the first 90%: tower's training split), as int64 tokens."""
+    files = []
+    for root, _, names in os.walk(path):
+        files += [os.path.join(root, n) for n in names
+                  if not n.endswith(".dat") and not os.path.islink(os.path.join(root, n))]
+    data = b"".join(open(f, "rb").read() + b"\n" for f in sorted(files))
+    return torch.frombuffer(bytearray(data[: len(data) * 9 // 10]), dtype=torch.uint8).long()
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--batch", type=int, default=8, help="windows per rank per step")
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--width", type=int, default=256)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--context", type=int, default=128)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--fusion-mb", type=float, default=4.0,
+                   help="bucket size: several buckets, so the last layers' reductions overlap backward")
+    p.add_argument("--allreduce", default="auto", help="auto, ring, hierarchical or naive")
+    p.add_argument("--log-every", type=int, default=20)
+    p.add_argument("--data", default="/usr/share/games/fortunes")
+    args = p.parse_args()
+
+    hvd.init()
+    # Open MPI binds each rank to a core: one torch thread per rank fills them without contention.
+    torch.set_num_threads(1)
+    torch.manual_seed(1)
+    model = Gpt(args.layers, args.width, args.heads, args.context)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
+    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), fusion_mb=args.fusion_mb,
+                                   allreduce=args.allreduce)
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    hvd.broadcast_optimizer_state(opt, root_rank=0)
+
+    text = fortunes(args.data)
+    width = args.context + 1
+    gen = torch.Generator().manual_seed(1000 + hvd.rank())
+    tokens = args.batch * args.context * hvd.size()
+    start, exposed = time.perf_counter(), 0.0
+    for step in range(1, args.steps + 1):
+        starts = torch.randint(0, len(text) // width, (args.batch,), generator=gen) * width
+        batch = torch.stack([text[s:s + width] for s in starts])
+        opt.zero_grad()
+        loss = model(batch)
+        loss.backward()
+        opt.step()
+        stats = opt.tower_stats()
+        exposed += stats["allreduce_s"] * (1 - stats["hidden_fraction"])
+        if step % args.log_every == 0 or step == args.steps:
+            mean_loss = hvd.allreduce(loss.detach(), name="loss").item()
+            elapsed = time.perf_counter() - start
+            if hvd.rank() == 0:
+                print(f"step {step}/{args.steps}  loss {mean_loss:.4f}  {tokens * step / elapsed:.0f} tokens/s  "
+                      f"exposed communication {1e3 * exposed / step:.2f} ms/step  {stats['buckets']} buckets  "
+                      f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB", flush=True)
+    hvd.shutdown()
+
+
+if __name__ == "__main__":
+    main()
