@@ -113,7 +113,7 @@ def main():
     p.add_argument("--context", type=int, default=128)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--fusion-mb", type=float, default=4.0,
-                   help="bucket size: several buckets, so the last layers' reductions overlap backward")
+                   help="bucket size (tower.torch's default): 4 buckets, the last layers' reduced during backward")
     p.add_argument("--allreduce", default="auto", help="auto, ring, hierarchical or naive")
     p.add_argument("--log-every", type=int, default=20)
     p.add_argument("--data", default="/usr/share/games/fortunes")

@@ -6,6 +6,7 @@
 
 #include "base/error.h"
 #include "base/mpi/world.h"
+#include "collectives/communicator.h"
 
 namespace tower::torch_adapter {
 

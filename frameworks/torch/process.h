@@ -4,7 +4,10 @@
 #include <mpi.h>
 
 #include "base/mpi/topology.h"
-#include "collectives/communicator.h"
+
+namespace tower {
+class Communicator;
+}
 
 namespace tower::torch_adapter {
 

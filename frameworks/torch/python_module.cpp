@@ -26,7 +26,7 @@ struct ReducerArguments {
 	std::string op = "mean";          // mean | sum
 	std::string compression = "none"; // none | fp16 | bf16
 	std::string allreduce = "auto";   // auto | ring | hierarchical | naive
-	double fusion_mb = 25.0;
+	double fusion_mb = ReducerOptions().strategy.replicated.fusion_mb;
 	bool overlap = true;
 	GroupAssignment groups;
 	int backward_passes_per_step = 1;

@@ -2,14 +2,15 @@
 """torch_gpt_runtime: one side of scripts/bench/torch_vs_ddp. The PyTorch GPT of examples/torch/gpt.py,
 AdamW, N windows per rank, trained data-parallel by tower.torch or by DDP (gloo), one thread per rank.
 Launch under mpirun: `torch_gpt_runtime.py tower|ddp [options]`. Rank 0 prints one JSON line:
-tokens/s, the step time, the same step of plain PyTorch without a distributed wrapper (the compute both
-runtimes share), the exposed communication (their difference), and rank 0's peak resident memory."""
+tokens/s from the median step time, the same step of plain PyTorch without a distributed wrapper (the compute both
+runtimes share, timed in turn with it), the exposed communication (the median of their differences),
+and rank 0's peak resident memory with the runtime's model alone."""
 import argparse
-import gc
 import json
 import os
 import resource
 import socket
+import statistics
 import sys
 import time
 
@@ -42,31 +43,17 @@ def main():
         starts = torch.randint(0, len(text) // width, (args.batch,), generator=gen) * width
         batches.append(torch.stack([text[s:s + width] for s in starts]))
 
-    def timed(model, opt, barrier):
-        for i, batch in enumerate(batches):
-            if i == WARMUP:
-                barrier()
-                start = time.perf_counter()
-            opt.zero_grad()
-            model(batch).backward()
-            opt.step()
-        barrier()
-        return (time.perf_counter() - start) / args.steps
-
-    # The compute both runtimes share: the same steps in plain PyTorch, no distributed wrapper.
-    torch.manual_seed(1)
-    plain = Gpt()
-    compute = timed(plain, torch.optim.AdamW(plain.parameters(), lr=1e-3, weight_decay=0.0), hvd.barrier)
-    del plain
-    gc.collect()
+    def one_step(model, opt, batch):
+        opt.zero_grad()
+        model(batch).backward()
+        opt.step()
 
     torch.manual_seed(1)
     model = Gpt()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
     if args.runtime == "tower":
         opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), fusion_mb=args.fusion_mb)
-        step = timed(model, opt, hvd.barrier)
-        buckets = opt.tower_stats()["buckets"]
+        barrier = hvd.barrier
     else:
         import torch.distributed as dist
         port = hvd.broadcast_object(_free_port() if rank == 0 else None, 0)
@@ -74,14 +61,37 @@ def main():
         model = torch.nn.parallel.DistributedDataParallel(model, gradient_as_bucket_view=True,
                                                           bucket_cap_mb=args.bucket_cap_mb)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
-        step = timed(model, opt, dist.barrier)
-        buckets = None
+        barrier = dist.barrier
+    for batch in batches[:WARMUP]:
+        one_step(model, opt, batch)
+    # The runtime's memory with its model alone, before the plain copy below exists.
+    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+    # The compute both runtimes share: the same step in plain PyTorch without a distributed wrapper,
+    # timed in turn with the runtime's step, so that the machine's drift weighs on both alike.
+    torch.manual_seed(1)
+    plain = Gpt()
+    plain_opt = torch.optim.AdamW(plain.parameters(), lr=1e-3, weight_decay=0.0)
+    steps, plains = [], []
+    for batch in batches[WARMUP:]:
+        start = time.perf_counter()
+        one_step(plain, plain_opt, batch)
+        plains.append(time.perf_counter() - start)
+        barrier()
+        start = time.perf_counter()
+        one_step(model, opt, batch)
+        steps.append(time.perf_counter() - start)
+    buckets = opt.tower_stats()["buckets"] if args.runtime == "tower" else None
+    if args.runtime == "ddp":
         dist.destroy_process_group()
+    step = statistics.median(steps)
+    compute = statistics.median(plains)
+    exposed = statistics.median(s - p for s, p in zip(steps, plains))
     if rank == 0:
         print(json.dumps({"runtime": args.runtime, "world_size": size,
                           "tokens_per_s": args.batch * 128 * size / step, "step_ms": 1e3 * step,
-                          "compute_ms": 1e3 * compute, "exposed_comm_ms": 1e3 * (step - compute),
-                          "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+                          "compute_ms": 1e3 * compute, "exposed_comm_ms": 1e3 * exposed,
+                          "peak_rss_bytes": peak_rss,
                           "buckets": buckets, "fusion_mb": args.fusion_mb, "bucket_cap_mb": args.bucket_cap_mb}),
               flush=True)
     hvd.shutdown()

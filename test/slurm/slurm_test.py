@@ -85,6 +85,16 @@ try:
     expect(steps and min(steps) > 10 and max(steps) == 20,
            f"again: logged steps {steps}, expected only steps after the checkpoint of step 10, up to 20")
 
+    # A PyTorch program on tower.torch in place of tower train, where this build has tower.torch.
+    python_dir = os.path.join(os.path.dirname(os.path.abspath(tower)), "python")
+    if os.path.isdir(os.path.join(python_dir, "tower", "torch")):
+        example = os.path.join(slurm_dir, "..", "..", "examples", "torch", "gpt.py")
+        job, out = submit("train.sbatch", "torch", PYTHONPATH=python_dir,
+                          TOWER_PROGRAM=f"/usr/bin/python3 {example} --steps 4 --log-every 2 --layers 1 --width 32 "
+                                        "--heads 2 --context 16 --batch 2")
+        expect("step 4/4  loss" in out, f"torch: the PyTorch program did not train 4 steps: {out[-1500:]}")
+        print("torch:", next((line for line in out.splitlines() if line.startswith("step 4/4")), "no step 4 line"))
+
     job, out = submit("bench.sbatch", "bench", TOWER_BENCH_MAX="1M", TOWER_BENCH_FACTOR="32", TOWER_BENCH_ITERS="5")
     # (The memory-copy row that precedes the tables on one host is not an all-reduce row.)
     rows = [r for r in rows_of(os.path.join(tmp, "runs", f"bench-{job}", "bench.jsonl")) if r.get("collective") == "allreduce"]

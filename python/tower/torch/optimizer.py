@@ -79,12 +79,13 @@ class _DistributedOptimizer:
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none, backward_passes_per_step=1,
                          op=Average, gradient_predivide_factor=1.0, num_groups=0, groups=None,
-                         sparse_as_dense=False, process_set=None, *, allreduce="auto", fusion_mb=25.0,
+                         sparse_as_dense=False, process_set=None, *, allreduce="auto", fusion_mb=4.0,
                          overlap=True, strategy="replicated", name=""):
     """Wraps `optimizer` (any torch.optim.Optimizer): gradients are reduced over the ranks as
     backward finalizes them, and step() applies the reduced ones (collective: every rank makes
     the same calls). Horovod's arguments, plus tower's own: allreduce= (auto, ring, hierarchical,
-    naive), fusion_mb= (the bucket size; 0 is one bucket per parameter), overlap=, groups=
+    naive), fusion_mb= (the bucket size, 4 MB so that a model of tens of MB overlaps its
+    reduction with backward; 0 is one bucket per parameter), overlap=, groups=
     (replica subgroups), strategy= (replicated), name=."""
     if gradient_predivide_factor != 1.0:
         raise TowerError("gradient_predivide_factor other than 1.0 is not supported: tower sums in float32 and "

@@ -12,6 +12,13 @@ import torch.nn.functional as F
 
 import tower.torch as hvd
 
+
+def say(text):
+    """One write per line: mpirun forwards each write as it comes, so two ranks' lines cannot mix."""
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
 hvd.init()
 R, N = hvd.rank(), hvd.size()
 torch.set_num_threads(1)
@@ -80,8 +87,7 @@ def relative_difference(a, b):
 def check(what, got, want, bound):
     d = relative_difference(got, want)
     verdict = "ok" if d <= bound else "FAIL"
-    print(f"rank {R}/{N}: {what}: largest difference {d:.2e} of the largest value (bound {bound:g}) {verdict}",
-          flush=True)
+    say(f"rank {R}/{N}: {what}: largest difference {d:.2e} of the largest value (bound {bound:g}) {verdict}")
     if d > bound:
         sys.exit(1)
 
@@ -162,8 +168,7 @@ check("op=Sum", got, reference(data, op="sum"), 1e-5)
 if N > 1:
     for overlap in (True, False):
         seen = overlap_seen(overlap)
-        print(f"rank {R}/{N}: overlap {overlap}: the last layer's reduced gradient arrived during backward: {seen}",
-              flush=True)
+        say(f"rank {R}/{N}: overlap {overlap}: the last layer's reduced gradient arrived during backward: {seen}")
         if seen != overlap:
             sys.exit(1)
 
@@ -172,9 +177,9 @@ if "--ddp" in sys.argv:
     _, tower_losses = through_tower(steps)
     ddp = ddp_losses(steps)
     worst = max(abs(a - b) for a, b in zip(tower_losses, ddp))
-    print(f"rank {R}/{N}: 50 steps against DDP (gloo): largest loss difference {worst:.2e} (bound 1e-4) "
-          f"{'ok' if worst <= 1e-4 else 'FAIL'}; losses {tower_losses[0]:.4f} -> {tower_losses[-1]:.4f}", flush=True)
+    say(f"rank {R}/{N}: 50 steps against DDP (gloo): largest loss difference {worst:.2e} (bound 1e-4) "
+          f"{'ok' if worst <= 1e-4 else 'FAIL'}; losses {tower_losses[0]:.4f} -> {tower_losses[-1]:.4f}")
     if worst > 1e-4:
         sys.exit(1)
-print(f"rank {R}/{N}: all passed", flush=True)
+say(f"rank {R}/{N}: all passed")
 hvd.shutdown()

@@ -15,6 +15,13 @@ from gpt import Gpt  # noqa: E402
 
 import tower.torch as hvd  # noqa: E402
 
+
+def say(text):
+    """One write per line: mpirun forwards each write as it comes, so two ranks' lines cannot mix."""
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
 # torch's AdamW adds epsilon after the bias correction, tower's before it: at these gradients the
 # difference is below float32's rounding. What remains is summation order, which gpt_vs_torch.py
 # measured at 2e-5 over 200 steps in one process (its bound 1e-4).
@@ -51,8 +58,7 @@ for s in range(cfg["steps"]):
     mean = hvd.allreduce(loss.detach(), name="loss").item()
     worst = max(worst, (abs(mean - tensors["losses"][s]) / tensors["losses"][s], s))
 ok = worst[0] <= CURVE_TOL
-print(f"rank {R}/{N}: {cfg['steps']} steps, loss {tensors['losses'][0]:.4f} -> {tensors['losses'][-1]:.4f} in tower "
-      f"train's GPT; largest gap {worst[0]:.2e} at step {worst[1]} (bound {CURVE_TOL:g}) {'ok' if ok else 'FAIL'}",
-      flush=True)
+say(f"rank {R}/{N}: {cfg['steps']} steps, loss {tensors['losses'][0]:.4f} -> {tensors['losses'][-1]:.4f} in tower "
+      f"train's GPT; largest gap {worst[0]:.2e} at step {worst[1]} (bound {CURVE_TOL:g}) {'ok' if ok else 'FAIL'}")
 hvd.shutdown()
 sys.exit(0 if ok else 1)

@@ -7,6 +7,13 @@ import torch.nn.functional as F
 
 import tower.torch as hvd
 
+
+def say(text):
+    """One write per line: mpirun forwards each write as it comes, so two ranks' lines cannot mix."""
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
 mistake = sys.argv[1]
 hvd.init()
 R = hvd.rank()
@@ -32,7 +39,7 @@ def wrap(m, lr=0.1, **options):
 
 
 def report(error):
-    print(f"rank {R}: {type(error).__name__}: {error}", flush=True)
+    say(f"rank {R}: {type(error).__name__}: {error}")
     sys.exit(3)
 
 
@@ -70,7 +77,7 @@ try:
             opt.step()
         flat = torch.cat([p.detach().flatten() for p in m.parameters()])
         spread = (hvd.allreduce(flat, op=hvd.Max) - hvd.allreduce(flat, op=hvd.Min)).abs().max().item()
-        print(f"rank {R}: trained; replicas differ by {spread}", flush=True)
+        say(f"rank {R}: trained; replicas differ by {spread}")
         sys.exit(0 if spread == 0 else 1)
     elif mistake == "unused-everywhere":
         # No rank uses the extra branch: torch's optimizer leaves it alone (no gradient), as alone.
@@ -83,11 +90,11 @@ try:
             F.cross_entropy(forward(m, x), y).backward()
             opt.step()
         moved = not torch.equal(before, m["extra"].weight)
-        print(f"rank {R}: unused parameter moved: {moved}; grad {m['extra'].weight.grad}", flush=True)
+        say(f"rank {R}: unused parameter moved: {moved}; grad {m['extra'].weight.grad}")
         sys.exit(1 if moved or m["extra"].weight.grad is not None else 0)
     else:
         raise SystemExit(f"unknown mistake {mistake}")
 except (hvd.TowerError, AttributeError, AssertionError, RuntimeError) as e:
     report(e)
-print(f"rank {R}: no error", flush=True)
+say(f"rank {R}: no error")
 sys.exit(0)
