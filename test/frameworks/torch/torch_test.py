@@ -3,7 +3,8 @@
 PyTorch in one process (equivalence.py: every all-reduce mode, overlap on and off, 16-bit
 compression, accumulation, Sum; overlap seen during backward; DDP's losses at 2 ranks), the
 example GPT (examples/torch/gpt.py) at 2 ranks follows tower's own GPT from the same weights
-(gpt_example.py), and each mistake in mistakes.py ends with its clear error on every rank within
+(gpt_example.py), a program written for Horovod runs with only its import changed
+(examples/torch/horovod_mnist.py), and each mistake in mistakes.py ends with its clear error on every rank within
 seconds, or trains.
 Usage: torch_test.py MPIRUN PYTHON GPT_DUMP CORPUS"""
 import os
@@ -42,6 +43,17 @@ with tempfile.TemporaryDirectory() as tmp:
     print(f"gpt example at 2 ranks against tower's GPT: {'ok' if passed else 'FAILED'} ({seconds:.1f} s)")
     if not passed:
         failures.append(f"gpt example\n{r.stdout}\n{r.stderr}")
+
+# A program written for Horovod, its import changed and nothing else.
+example = os.path.join(here, "../../../examples/torch/horovod_mnist.py")
+start = time.monotonic()
+r = subprocess.run([mpirun, "-np", "2", python, example, "--epochs", "1", "--max-batches", "30"],
+                   capture_output=True, text=True, timeout=120)
+passed = r.returncode == 0 and "accuracy" in r.stdout
+print(f"a Horovod program (examples/torch/horovod_mnist.py) at 2 ranks: {'ok' if passed else 'FAILED'} "
+      f"({time.monotonic() - start:.1f} s)")
+if not passed:
+    failures.append(f"horovod_mnist\n{r.stdout}\n{r.stderr}")
 
 # mistake: the words every rank's error must hold (None: it must train, exit 0)
 mistakes = {
