@@ -8,6 +8,7 @@
 #include <torch/extension.h>
 
 #include "base/error.h"
+#include "base/watchdog/watched_wait.h"
 #include "collectives/all_reduce.h"
 #include "frameworks/torch/gradient_reducer.h"
 #include "frameworks/torch/process.h"
@@ -121,6 +122,7 @@ PYBIND11_MODULE(_core, m)
 	m.def("init", &init);
 	m.def("shutdown", &shutdown);
 	m.def("is_initialized", &is_initialized);
+	m.def("set_stall_limits", [](double warn_s, double abort_s) { set_stall_limits({warn_s, abort_s}); });
 	m.def("size", [] { return topology().size(); });
 	m.def("rank", [] { return topology().rank(); });
 	m.def("local_rank", [] { return topology().local_rank(); });

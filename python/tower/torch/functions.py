@@ -48,12 +48,18 @@ def _track(optimizer):
     _optimizers.append(weakref.ref(optimizer))
 
 
-def init(comm=None, process_sets=None):
-    """Starts MPI and learns the topology (collective). Idempotent."""
+def init(comm=None, process_sets=None, *, stall_warn_s=60.0, stall_abort_s=600.0):
+    """Starts MPI and learns the topology (collective). Idempotent. tower's own: a rank waiting
+    stall_warn_s seconds for others prints where it waits and which ranks have not arrived; after
+    stall_abort_s (0: never) it ends the job with that report."""
     global _exit_registered
     if comm is not None or process_sets is not None:
         raise TowerError("tower.torch.init() takes no comm or process_sets: it runs over every rank of mpirun")
+    if not 0 <= stall_warn_s and 0 <= stall_abort_s and (stall_abort_s == 0 or stall_warn_s <= stall_abort_s):
+        raise TowerError(f"stall_warn_s={stall_warn_s}, stall_abort_s={stall_abort_s}: seconds, 0 or more, the "
+                         "warning first (stall_abort_s=0 never aborts)")
     _core.init()
+    _core.set_stall_limits(float(stall_warn_s), float(stall_abort_s))
     if not _exit_registered:
         atexit.register(shutdown)
         _exit_registered = True

@@ -15,7 +15,10 @@ def say(text):
 
 
 mistake = sys.argv[1]
-hvd.init()
+if mistake == "stalled-rank":
+    hvd.init(stall_warn_s=1, stall_abort_s=4)
+else:
+    hvd.init()
 R = hvd.rank()
 
 
@@ -66,6 +69,33 @@ try:
     elif mistake == "collectives-out-of-order":
         t = torch.ones(3)
         hvd.allreduce(t, name="a") if R == 0 else hvd.broadcast(t, 0, name="b")
+    elif mistake == "stalled-rank":
+        # Rank 1 stops before its second backward: rank 0, waiting in step(), names it and ends the job.
+        import time
+        m = model()
+        opt = wrap(m)
+        for step in range(2):
+            if R == 1 and step == 1:
+                time.sleep(30)
+            opt.zero_grad()
+            F.cross_entropy(forward(m, x), y).backward()
+            opt.step()
+    elif mistake == "optimizer-state":
+        # Root's Adam state, made by a step of its own, reaches rank 1, whose state torch has not
+        # created yet, without moving rank 1's weights.
+        m = model()
+        adam = torch.optim.Adam(m.parameters(), lr=0.1)
+        if R == 0:
+            F.cross_entropy(forward(m, x), y).backward()
+            adam.step()
+        before = [p.detach().clone() for p in m.parameters()]
+        hvd.broadcast_optimizer_state(adam, root_rank=0)
+        state = adam.state_dict()["state"]
+        moments = torch.cat([state[k]["exp_avg"].flatten() for k in sorted(state)]) if state else torch.zeros(1)
+        spread = (hvd.allreduce(moments, op=hvd.Max) - hvd.allreduce(moments, op=hvd.Min)).abs().max().item()
+        unmoved = all(torch.equal(a, b) for a, b in zip(before, m.parameters()))
+        say(f"rank {R}: state of {len(state)} parameters, moments differ by {spread}, weights unmoved {unmoved}")
+        sys.exit(0 if len(state) == 4 and spread == 0 and unmoved else 1)
     elif mistake == "unused-on-one-rank":
         # Rank 0 uses the extra branch, rank 1 does not: rank 1 adds zeros for it, nobody hangs,
         # and both ranks end on the same parameters.

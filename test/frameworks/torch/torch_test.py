@@ -64,6 +64,7 @@ mistakes = {
     "forgot-step": "got a gradient 2 times before step()",
     "zero-grad-before-step": "zero_grad() was called after loss.backward()",
     "collectives-out-of-order": "allreduce('a' Float[3]) op=mean on rank 0 and broadcast('b' Float[3]) root=0 on rank 1",
+    "optimizer-state": None,
     "unused-on-one-rank": None,
     "unused-everywhere": None,
 }
@@ -78,6 +79,14 @@ for mistake, words in mistakes.items():
     print(f"{mistake}: {'ok' if passed else 'FAILED'} ({seconds:.1f} s)")
     if not passed:
         failures.append(f"{mistake}: exit {r.returncode}, expected {words!r} on both ranks\n{r.stdout}\n{r.stderr}")
+
+# A rank that stops: the one waiting for it names it, and the job ends after the stall limit.
+r, seconds = launch(2, "mistakes.py", "stalled-rank", timeout=60)
+passed = (r.returncode != 0 and "not arrived: rank 1" in r.stderr and "aborting the job" in r.stderr
+          and seconds < 20)
+print(f"stalled-rank: {'ok' if passed else 'FAILED'} ({seconds:.1f} s)")
+if not passed:
+    failures.append(f"stalled-rank: exit {r.returncode} after {seconds:.1f} s\n{r.stdout}\n{r.stderr}")
 
 if failures:
     print("\n\n".join(failures))
