@@ -15,13 +15,36 @@
 
 namespace tower::torch_adapter {
 
-// A module's parameters with their names, in the module's order: what every rank must hold alike.
+// A module's parameters that take gradients, with their names, in the module's order: what every
+// rank must hold alike.
 inline std::vector<std::pair<std::string, at::Tensor>> named_parameters_of(const torch::nn::Module& module)
 {
 	std::vector<std::pair<std::string, at::Tensor>> named;
 	for (const auto& item : module.named_parameters())
-		named.emplace_back(item.key(), item.value());
+		if (item.value().requires_grad())
+			named.emplace_back(item.key(), item.value());
 	return named;
+}
+
+// "" when `optimizer` updates exactly `parameters` (those that take gradients), else what differs.
+inline std::string parameters_mismatch(torch::optim::Optimizer& optimizer,
+				       const std::vector<std::pair<std::string, at::Tensor>>& parameters)
+{
+	size_t optimized = 0;
+	for (auto& group : optimizer.param_groups())
+		for (const at::Tensor& p : group.params()) {
+			if (!p.requires_grad())
+				continue;
+			++optimized;
+			bool found = false;
+			for (const auto& named : parameters)
+				found = found || named.second.is_same(p);
+			if (!found)
+				return "the optimizer updates a parameter that is not among the named parameters: every "
+				       "parameter it updates must be reduced";
+		}
+	return optimized == parameters.size() ? ""
+					      : "named parameters that the optimizer does not update: pass the ones it does";
 }
 
 // One step, on every rank (after tower::torch_adapter::init()):
@@ -38,7 +61,7 @@ public:
 	// exactly `parameters` (named_parameters_of(module)).
 	DistributedOptimizer(torch::optim::Optimizer& optimizer, std::vector<std::pair<std::string, at::Tensor>> parameters,
 			     const ReducerOptions& options = {})
-		: optimizer_(optimizer), reducer_(std::move(parameters), options)
+		: optimizer_(optimizer), reducer_(parameters, with_problem(options, parameters_mismatch(optimizer, parameters)))
 	{
 	}
 
@@ -73,6 +96,13 @@ public:
 	torch::optim::Optimizer& wrapped() { return optimizer_; }
 
 private:
+	static ReducerOptions with_problem(ReducerOptions options, const std::string& problem)
+	{
+		if (options.problem.empty())
+			options.problem = problem;
+		return options;
+	}
+
 	torch::optim::Optimizer& optimizer_;
 	GradientReducer reducer_;
 	ReduceResult last_;

@@ -10,6 +10,8 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include "base/error.h"
+#include "base/mpi/mpi_check.h"
+#include "base/watchdog/watched_wait.h"
 #include "frameworks/torch/process.h"
 
 namespace tower::torch_adapter {
@@ -63,7 +65,7 @@ GradientReducer::GradientReducer(std::vector<std::pair<std::string, at::Tensor>>
 				 const ReducerOptions& options)
 	: passes_per_step_(options.backward_passes_per_step)
 {
-	std::string problem = check_parameters(parameters);
+	std::string problem = options.problem.empty() ? check_parameters(parameters) : options.problem;
 	if (problem.empty() && options.strategy.name != "replicated")
 		problem = fmt::format("strategy '{}' is not available to PyTorch programs yet; use 'replicated'",
 				      options.strategy.name);
@@ -100,30 +102,52 @@ GradientReducer::GradientReducer(std::vector<std::pair<std::string, at::Tensor>>
 		hooks_.push_back(accumulators_.back()->add_post_hook(std::make_unique<AccumulatedHook>(this, i)));
 	}
 	passes_seen_.assign(parameters_.size(), 0);
+	MPI_Comm_dup(MPI_COMM_WORLD, &flags_comm_);
+	closer_ = add_closer([this] { close(); });
 }
 
 GradientReducer::~GradientReducer()
 {
+	close();
+}
+
+void GradientReducer::close()
+{
+	if (!optimizer_)
+		return;
+	remove_closer(closer_);
+	int finalized = 0;
+	MPI_Finalized(&finalized);
 	for (size_t i = 0; i < tensors_.size(); ++i) {
 		accumulators_[i]->del_post_hook(hooks_[i]);
 		at::Tensor& grad = tensors_[i].mutable_grad();
 		if (grad.defined() && grad.data_ptr() == bucket_views_[i].data_ptr())
-			grad = bucket_views_[i].clone();
+			grad = finalized ? at::Tensor() : bucket_views_[i].clone();
 	}
-	int finalized = 0;
-	MPI_Finalized(&finalized);
-	if (finalized)
-		(void)optimizer_.release(); // its communicators died with MPI; the process is ending
+	bucket_views_.clear();
+	if (finalized) {
+		(void)optimizer_.release(); // its communicators and windows died with MPI; the process is ending
+		return;
+	}
+	optimizer_.reset();
+	MPI_Comm_free(&flags_comm_);
+}
+
+DistributedOptimizer& GradientReducer::open() const
+{
+	if (!optimizer_)
+		throw Error("this DistributedOptimizer was closed (tower.torch.shutdown() closes them all)");
+	return *optimizer_;
 }
 
 size_t GradientReducer::bucket_count() const
 {
-	return optimizer_->facts().buckets;
+	return open().facts().buckets;
 }
 
 void GradientReducer::begin_step()
 {
-	pass_ = optimizer_->backward_pass(true);
+	pass_ = open().backward_pass(true);
 	passes_seen_.assign(parameters_.size(), 0);
 	in_step_ = true;
 }
@@ -159,32 +183,32 @@ void GradientReducer::accumulated(size_t index)
 
 ReduceResult GradientReducer::synchronize()
 {
+	DistributedOptimizer& optimizer = open();
 	if (!in_step_)
 		begin_step();
+	// Whatever happens below, the next step starts afresh.
+	struct EndStep {
+		GradientReducer& r;
+		~EndStep() { r.in_step_ = false; }
+	} end_step{*this};
 	const size_t n = parameters_.size();
-	std::vector<unsigned char> used(n, 0);
-	std::vector<bool> had_gradient(n, true);
+	// Per parameter: used on this rank in this step; had a gradient before (n more flags).
+	std::vector<unsigned char> flags(2 * n, 1);
 	for (size_t i = 0; i < n; ++i) {
-		used[i] = passes_seen_[i] > 0 ? 1 : 0;
+		flags[i] = passes_seen_[i] > 0 ? 1 : 0;
 		if (passes_seen_[i] >= passes_per_step_)
 			continue;
 		if (passes_seen_[i] == 0) {
 			// Not used on this rank in this step: it adds what its .grad holds (zeros after
 			// zero_grad; zeros too if it has none), as in Horovod.
-			had_gradient[i] = tensors_[i].grad().defined();
+			flags[n + i] = tensors_[i].grad().defined() ? 1 : 0;
 			bind(i, true);
 		}
 		if (pass_.on_ready)
 			pass_.on_ready(parameters_[i]);
 	}
-	const StepStats stats = optimizer_->step(0.0f);
-	in_step_ = false;
-	// A parameter no rank used keeps no gradient if it had none: the torch optimizer then skips
-	// it, as it would in a program of one process.
-	MPI_Allreduce(MPI_IN_PLACE, used.data(), static_cast<int>(n), MPI_UNSIGNED_CHAR, MPI_MAX, private_comm());
-	for (size_t i = 0; i < n; ++i)
-		if (!used[i] && !had_gradient[i])
-			tensors_[i].mutable_grad() = at::Tensor();
+	const StepStats stats = optimizer.step(0.0f);
+	restore_unused(flags);
 	ReduceResult result;
 	result.skipped = stats.skipped;
 	result.grad_norm = stats.grad_norm;
@@ -192,6 +216,20 @@ ReduceResult GradientReducer::synchronize()
 	result.hidden_fraction = stats.hidden_fraction;
 	result.buckets = bucket_count();
 	return result;
+}
+
+// A parameter no rank used, and that had no gradient on any rank, gets none back: the torch
+// optimizer then skips it, as it would in a program of one process. The ranks decide together.
+void GradientReducer::restore_unused(std::vector<unsigned char>& flags)
+{
+	const size_t n = parameters_.size();
+	MPI_Request request = MPI_REQUEST_NULL;
+	TOWER_MPI(MPI_Iallreduce(MPI_IN_PLACE, flags.data(), static_cast<int>(flags.size()), MPI_UNSIGNED_CHAR, MPI_MAX,
+				 flags_comm_, &request));
+	wait_request(request, WaitSite{"used-parameter flags", flags_comm_});
+	for (size_t i = 0; i < n; ++i)
+		if (!flags[i] && !flags[n + i])
+			tensors_[i].mutable_grad() = at::Tensor();
 }
 
 } // namespace tower::torch_adapter

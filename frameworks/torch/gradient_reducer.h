@@ -35,6 +35,9 @@ struct ReducerOptions {
 	std::string name;
 	// What else every rank must hold alike: the wrapped optimizer's class and settings.
 	std::vector<AgreedField> agreed;
+	// What the front end found wrong on this rank ("" if nothing): an AgreedError on every rank,
+	// so that no rank waits in a collective the others never reach.
+	std::string problem;
 };
 
 struct ReduceResult {
@@ -52,7 +55,7 @@ public:
 	// rank 0's values and hooks its gradient accumulator. Parameters must be float32 leaves on
 	// the CPU that require gradients.
 	GradientReducer(std::vector<std::pair<std::string, at::Tensor>> parameters, const ReducerOptions& options);
-	// Leaves every gradient in memory of its own and removes the hooks.
+	// close(), if not closed yet.
 	~GradientReducer();
 	GradientReducer(const GradientReducer&) = delete;
 	GradientReducer& operator=(const GradientReducer&) = delete;
@@ -67,10 +70,18 @@ public:
 	size_t bucket_count() const;
 	// The hooks' entry (autograd's thread): parameter `index` was accumulated.
 	void accumulated(size_t index);
+	// Collective (the buckets may be memory the node's ranks share): removes the hooks, leaves
+	// every gradient in memory of its own and frees the buckets. tower::torch_adapter::shutdown()
+	// closes the open reducers in the order they were made. After MPI ended, the gradients that
+	// were bucket views are dropped instead (their memory went with MPI). Idempotent.
+	void close();
+	bool closed() const { return optimizer_ == nullptr; }
 
 private:
 	void begin_step();
 	void bind(size_t index, bool keep_values);
+	DistributedOptimizer& open() const;
+	void restore_unused(std::vector<unsigned char>& flags);
 
 	std::vector<std::string> names_;
 	std::vector<at::Tensor> tensors_;  // the torch parameters
@@ -83,6 +94,8 @@ private:
 	bool in_step_ = false;
 	BackwardPass pass_;
 	std::vector<int> passes_seen_; // per parameter, this step
+	MPI_Comm flags_comm_ = MPI_COMM_NULL; // this reducer's own, for the per-step flags
+	uint64_t closer_ = 0;
 };
 
 } // namespace tower::torch_adapter

@@ -1,6 +1,8 @@
 // The MPI world of a PyTorch program: made once by init(), ended by shutdown().
 #include "frameworks/torch/process.h"
 
+#include <cstdlib>
+#include <map>
 #include <memory>
 #include <optional>
 
@@ -21,6 +23,8 @@ struct Process {
 
 std::unique_ptr<Process> process;
 bool ended = false;
+std::map<uint64_t, std::function<void()>> closers; // by key: the order they were added
+uint64_t next_closer = 0;
 
 Process& current()
 {
@@ -59,11 +63,39 @@ void init()
 
 void shutdown()
 {
+	// Closing one may remove it (and only it) from the map.
+	while (!closers.empty()) {
+		auto first = closers.begin();
+		const std::function<void()> close = first->second;
+		closers.erase(first);
+		close();
+	}
 	if (!process)
 		return;
 	MPI_Comm_free(&process->bookkeeping);
 	process.reset(); // the world last: it finalizes MPI if init() started it
 	ended = true;
+}
+
+uint64_t add_closer(std::function<void()> close)
+{
+	closers.emplace(next_closer, std::move(close));
+	return next_closer++;
+}
+
+void remove_closer(uint64_t key)
+{
+	closers.erase(key);
+}
+
+void abort_job(int code)
+{
+	int started = 0, finalized = 0;
+	MPI_Initialized(&started);
+	MPI_Finalized(&finalized);
+	if (started && !finalized)
+		MPI_Abort(MPI_COMM_WORLD, code);
+	std::_Exit(code);
 }
 
 bool is_initialized()

@@ -33,6 +33,7 @@ struct ReducerArguments {
 	int backward_passes_per_step = 1;
 	std::string strategy = "replicated";
 	std::vector<std::pair<std::string, std::string>> agreed;
+	std::string problem; // what the Python side found wrong on this rank
 };
 
 ReducerOptions reducer_options(const ReducerArguments& a)
@@ -58,17 +59,47 @@ ReducerOptions reducer_options(const ReducerArguments& a)
 	o.backward_passes_per_step = a.backward_passes_per_step;
 	o.agreed = a.agreed;
 	o.agreed.emplace_back("allreduce", a.allreduce);
+	o.problem = a.problem;
 	return o;
 }
 
-// Owns one reducer until close() (or the end of the Python object): tower.torch.shutdown()
-// closes every open one before MPI ends.
+// This rank's reading of the arguments; what it cannot read becomes its problem, which the
+// reducer's agreement turns into an error on every rank.
+ReducerOptions options_or_problem(const ReducerArguments& a)
+{
+	try {
+		return reducer_options(a);
+	} catch (const Error& e) {
+		ReducerOptions o;
+		o.name = a.name;
+		o.problem = e.what();
+		return o;
+	}
+}
+
+// Reducers whose Python object went away: closing one is collective, and Python's collector need
+// not reach it at the same point on every rank, so shutdown() closes them with the others, in the
+// order they were made. Never destroyed (at exit, torch's allocator may already be gone).
+std::vector<std::unique_ptr<GradientReducer>>& unreferenced()
+{
+	static auto* reducers = new std::vector<std::unique_ptr<GradientReducer>>();
+	return *reducers;
+}
+
+// One reducer for Python; tower.torch.shutdown() closes every open one before MPI ends.
 class PyReducer {
 public:
 	PyReducer(std::vector<std::pair<std::string, at::Tensor>> parameters, const ReducerArguments& arguments)
-		: reducer_(std::make_unique<GradientReducer>(std::move(parameters), reducer_options(arguments)))
+		: reducer_(std::make_unique<GradientReducer>(std::move(parameters), options_or_problem(arguments)))
 	{
 	}
+	~PyReducer()
+	{
+		if (reducer_ && !reducer_->closed())
+			unreferenced().push_back(std::move(reducer_));
+	}
+	PyReducer(const PyReducer&) = delete;
+	PyReducer& operator=(const PyReducer&) = delete;
 
 	py::dict synchronize()
 	{
@@ -87,16 +118,15 @@ public:
 	}
 	bool gradients_pending() { return open().gradients_pending(); }
 	size_t bucket_count() { return open().bucket_count(); }
-	void close() { reducer_.reset(); }
-	bool closed() const { return !reducer_; }
+	void close()
+	{
+		py::gil_scoped_release unlocked;
+		reducer_->close();
+	}
+	bool closed() const { return reducer_->closed(); }
 
 private:
-	GradientReducer& open()
-	{
-		if (!reducer_)
-			throw Error("this DistributedOptimizer was closed (tower.torch.shutdown())");
-		return *reducer_;
-	}
+	GradientReducer& open() { return *reducer_; }
 	std::unique_ptr<GradientReducer> reducer_;
 };
 
@@ -120,8 +150,12 @@ PYBIND11_MODULE(_core, m)
 	});
 
 	m.def("init", &init);
-	m.def("shutdown", &shutdown);
+	m.def("shutdown", [] {
+		py::gil_scoped_release unlocked;
+		shutdown();
+	});
 	m.def("is_initialized", &is_initialized);
+	m.def("abort", [](int code) { abort_job(code); });
 	m.def("set_stall_limits", [](double warn_s, double abort_s) { set_stall_limits({warn_s, abort_s}); });
 	m.def("size", [] { return topology().size(); });
 	m.def("rank", [] { return topology().rank(); });
@@ -164,9 +198,11 @@ PYBIND11_MODULE(_core, m)
 		.def_readwrite("groups", &ReducerArguments::groups)
 		.def_readwrite("backward_passes_per_step", &ReducerArguments::backward_passes_per_step)
 		.def_readwrite("strategy", &ReducerArguments::strategy)
-		.def_readwrite("agreed", &ReducerArguments::agreed);
+		.def_readwrite("agreed", &ReducerArguments::agreed)
+		.def_readwrite("problem", &ReducerArguments::problem);
 	py::class_<PyReducer>(m, "GradientReducer")
-		.def(py::init<std::vector<std::pair<std::string, at::Tensor>>, const ReducerArguments&>())
+		.def(py::init<std::vector<std::pair<std::string, at::Tensor>>, const ReducerArguments&>(),
+		     py::call_guard<py::gil_scoped_release>())
 		.def("synchronize", &PyReducer::synchronize)
 		.def("gradients_pending", &PyReducer::gradients_pending)
 		.def("bucket_count", &PyReducer::bucket_count)

@@ -2,7 +2,7 @@
 import atexit
 import io
 import pickle
-import weakref
+import sys
 
 import torch
 
@@ -40,12 +40,16 @@ class Compression:
     bf16 = _Compressor("bf16", torch.bfloat16)
 
 
-_optimizers = []  # weak references to the open DistributedOptimizers, in the order they were made
 _exit_registered = False
+_failed = False  # an exception nobody caught ends this rank: the job must end, not wait for it
 
 
-def _track(optimizer):
-    _optimizers.append(weakref.ref(optimizer))
+def _note_failure(hook):
+    def excepthook(kind, value, traceback):
+        global _failed
+        _failed = True
+        hook(kind, value, traceback)
+    return excepthook
 
 
 def init(comm=None, process_sets=None, *, stall_warn_s=60.0, stall_abort_s=600.0):
@@ -55,24 +59,31 @@ def init(comm=None, process_sets=None, *, stall_warn_s=60.0, stall_abort_s=600.0
     global _exit_registered
     if comm is not None or process_sets is not None:
         raise TowerError("tower.torch.init() takes no comm or process_sets: it runs over every rank of mpirun")
-    if not 0 <= stall_warn_s and 0 <= stall_abort_s and (stall_abort_s == 0 or stall_warn_s <= stall_abort_s):
+    if not (0 <= stall_warn_s and 0 <= stall_abort_s and (stall_abort_s == 0 or stall_warn_s <= stall_abort_s)):
         raise TowerError(f"stall_warn_s={stall_warn_s}, stall_abort_s={stall_abort_s}: seconds, 0 or more, the "
                          "warning first (stall_abort_s=0 never aborts)")
     _core.init()
     _core.set_stall_limits(float(stall_warn_s), float(stall_abort_s))
     if not _exit_registered:
-        atexit.register(shutdown)
+        atexit.register(_at_exit)
+        sys.excepthook = _note_failure(sys.excepthook)
         _exit_registered = True
 
 
 def shutdown():
-    """Closes every DistributedOptimizer (in the order they were made, alike on every rank), then MPI."""
-    for ref in _optimizers:
-        optimizer = ref()
-        if optimizer is not None:
-            optimizer._tower_close()
-    _optimizers.clear()
+    """Collective: closes every DistributedOptimizer (in the order they were made, alike on every
+    rank), then MPI. Gradients that were views of tower's buckets get memory of their own."""
     _core.shutdown()
+
+
+def _at_exit():
+    if _failed and _core.is_initialized():
+        # This rank ends on an error the others may never see: they could be waiting for it in a
+        # collective, or in the collective close of the buckets. End the job, as mpirun would if
+        # the process died.
+        sys.stderr.flush()
+        _core.abort(1)
+    shutdown()
 
 
 is_initialized = _core.is_initialized

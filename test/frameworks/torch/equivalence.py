@@ -45,33 +45,58 @@ def shard(t, parts=1, part=0):
     return mine[part * step:(part + 1) * step]
 
 
-def reference(data, passes=1, op="mean"):
+def reference(data, passes=1, op="mean", clip=None, schedule=False):
     """Plain PyTorch in this one process on the whole global batch, with tower.torch's meaning:
     each rank sums `passes` micro-batch means, and the ranks' sums are averaged (or summed)."""
     model = make_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    scheduler = torch.optim.lr_scheduler.StepLR(opt, step_size=5, gamma=0.5) if schedule else None
     micro = GLOBAL_BATCH // (N * passes)
     for x, y in data:
         opt.zero_grad()
         losses = [F.cross_entropy(model(x[i:i + micro]), y[i:i + micro]) for i in range(0, GLOBAL_BATCH, micro)]
         loss = sum(losses) / (N if op == "mean" else 1)
         loss.backward()
+        if clip:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         opt.step()
+        if scheduler:
+            scheduler.step()
     return model
 
 
-def through_tower(data, passes=1, op=hvd.Average, **options):
+def through_tower(data, passes=1, op=hvd.Average, set_to_none=False, clip=None, schedule=False, closure=False,
+                  **options):
+    """The same training through tower.torch; `clip` clips the reduced gradients between
+    synchronize() and step(); `schedule` makes a StepLR before wrapping; `closure` steps with one."""
     model = make_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    scheduler = torch.optim.lr_scheduler.StepLR(opt, step_size=5, gamma=0.5) if schedule else None
     opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), backward_passes_per_step=passes,
                                    op=op, **options)
     losses = []
     for x, y in data:
-        opt.zero_grad()
-        for part in range(passes):
-            loss = F.cross_entropy(model(shard(x, passes, part)), shard(y, passes, part))
-            loss.backward()
-        opt.step()
+        if closure:
+            def evaluate():
+                opt.zero_grad()
+                loss = F.cross_entropy(model(shard(x)), shard(y))
+                loss.backward()
+                return loss
+            loss = opt.step(evaluate)
+        else:
+            opt.zero_grad(set_to_none=set_to_none)
+            for part in range(passes):
+                loss = F.cross_entropy(model(shard(x, passes, part)), shard(y, passes, part))
+                loss.backward()
+            if clip:
+                opt.synchronize()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+                with opt.skip_synchronize():
+                    opt.step()
+            else:
+                opt.step()
+        if scheduler:
+            scheduler.step()
         losses.append(hvd.allreduce(loss.detach(), name="loss").item())
     opt._tower_close()
     return model, losses
@@ -164,6 +189,17 @@ got, _ = through_tower(data, passes=2)
 check("backward_passes_per_step=2", got, reference(data, passes=2), 1e-5)
 got, _ = through_tower(data, op=hvd.Sum)
 check("op=Sum", got, reference(data, op="sum"), 1e-5)
+# zero_grad(set_to_none=True): autograd hands over gradients of its own, copied into the buckets.
+got, _ = through_tower(data, set_to_none=True)
+check("zero_grad(set_to_none=True)", got, want, 1e-5)
+# Clipping the reduced gradients between synchronize() and step() under skip_synchronize().
+got, _ = through_tower(data, clip=0.05)
+check("clip_grad_norm_ between synchronize() and step()", got, reference(data, clip=0.05), 1e-5)
+# A scheduler made before wrapping still counts the steps and moves the rate.
+got, _ = through_tower(data, schedule=True)
+check("StepLR made before wrapping", got, reference(data, schedule=True), 1e-5)
+got, _ = through_tower(data, closure=True)
+check("step(closure)", got, want, 1e-5)
 
 if N > 1:
     for overlap in (True, False):

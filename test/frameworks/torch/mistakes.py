@@ -69,6 +69,20 @@ try:
     elif mistake == "collectives-out-of-order":
         t = torch.ones(3)
         hvd.allreduce(t, name="a") if R == 0 else hvd.broadcast(t, 0, name="b")
+    elif mistake == "missing-parameter-on-one-rank":
+        # Rank 1 leaves a parameter out of named_parameters: every rank gets the error.
+        m = model()
+        named = list(m.named_parameters())
+        hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1),
+                                 named_parameters=named if R == 0 else named[1:])
+    elif mistake == "uncaught-on-one-rank":
+        # Rank 1 fails with an exception nobody catches while rank 0 waits for it in a collective:
+        # the job ends at once, not after the stall limit.
+        m = model()
+        opt = wrap(m)
+        if R == 1:
+            raise ValueError("rank 1 fails alone")
+        hvd.allreduce(torch.ones(1), name="never answered")
     elif mistake == "stalled-rank":
         # Rank 1 stops before its second backward: rank 0, waiting in step(), names it and ends the job.
         import time
@@ -125,6 +139,8 @@ try:
     else:
         raise SystemExit(f"unknown mistake {mistake}")
 except (hvd.TowerError, AttributeError, AssertionError, RuntimeError) as e:
+    if mistake == "uncaught-on-one-rank":
+        raise
     report(e)
 say(f"rank {R}: no error")
 sys.exit(0)

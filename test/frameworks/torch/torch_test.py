@@ -64,6 +64,7 @@ mistakes = {
     "forgot-step": "got a gradient 2 times before step()",
     "zero-grad-before-step": "zero_grad() was called after loss.backward()",
     "collectives-out-of-order": "allreduce('a' Float[3]) op=mean on rank 0 and broadcast('b' Float[3]) root=0 on rank 1",
+    "missing-parameter-on-one-rank": "is missing from named_parameters",
     "optimizer-state": None,
     "unused-on-one-rank": None,
     "unused-everywhere": None,
@@ -87,6 +88,13 @@ passed = (r.returncode != 0 and "not arrived: rank 1" in r.stderr and "aborting 
 print(f"stalled-rank: {'ok' if passed else 'FAILED'} ({seconds:.1f} s)")
 if not passed:
     failures.append(f"stalled-rank: exit {r.returncode} after {seconds:.1f} s\n{r.stdout}\n{r.stderr}")
+
+# An exception one rank does not catch, while the others wait for it: the job ends at once.
+r, seconds = launch(2, "mistakes.py", "uncaught-on-one-rank", timeout=60)
+passed = r.returncode != 0 and "ValueError: rank 1 fails alone" in r.stderr and seconds < 20
+print(f"uncaught-on-one-rank: {'ok' if passed else 'FAILED'} ({seconds:.1f} s)")
+if not passed:
+    failures.append(f"uncaught-on-one-rank: exit {r.returncode} after {seconds:.1f} s\n{r.stdout}\n{r.stderr}")
 
 if failures:
     print("\n\n".join(failures))
