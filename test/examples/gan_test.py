@@ -15,27 +15,12 @@ import tempfile
 import time
 
 build, source, mpirun = sys.argv[1:4]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "harness"))
+from installed import build_gan  # noqa: E402
 
 
 def fail(message):
     sys.exit(f"FAIL: {message}")
-
-
-def install(dest):
-    """tower installed under dest, a tower.pc pointing there; returns (root, libdir, pkgconfig dir)."""
-    subprocess.run(["meson", "install", "-C", build, "--destdir", dest, "--no-rebuild", "--quiet"], check=True,
-                   stdout=subprocess.DEVNULL)
-    pcs = [os.path.join(d, f) for d, _, files in os.walk(dest) for f in files if f == "tower.pc"]
-    if not pcs:
-        fail(f"no tower.pc under {dest}")
-    libdir = os.path.dirname(os.path.dirname(pcs[0]))
-    root = os.path.dirname(os.path.dirname(libdir)) if "x86_64" in libdir else os.path.dirname(libdir)
-    pkgconfig = os.path.join(dest, "pkgconfig")
-    os.makedirs(pkgconfig)
-    with open(pcs[0]) as f, open(os.path.join(pkgconfig, "tower.pc"), "w") as out:
-        for line in f:
-            out.write(f"prefix={root}\n" if line.startswith("prefix=") else line)
-    return root, libdir, pkgconfig
 
 
 def gan(np, out, *args, check=True):
@@ -53,16 +38,10 @@ def metrics(out):
 
 
 with tempfile.TemporaryDirectory(prefix="tower-gan-test-") as tmp:
-    root, libdir, pkgconfig = install(os.path.join(tmp, "install"))
-    ENV = dict(os.environ, LD_LIBRARY_PATH=libdir, PKG_CONFIG_PATH=pkgconfig)
-    ENV.pop("TOWER_PLOT_SCRIPT", None)
-    bin_dir = os.path.join(tmp, "bin")
-    os.makedirs(bin_dir)
-    made = subprocess.run(["make", "-s", "-C", os.path.join(source, "examples", "gan"), f"OUT={bin_dir}"],
-                          capture_output=True, text=True, env=ENV)
-    if made.returncode != 0:
-        fail(f"examples/gan does not build with pkg-config alone: {made.stdout} {made.stderr}")
-    BINARY = os.path.join(bin_dir, "gan")
+    try:
+        BINARY, ENV, root = build_gan(build, source, tmp)
+    except RuntimeError as e:
+        fail(str(e))
 
     # 2 ranks take the halves of the 1-rank run's global batches: the same losses, to float rounding.
     for strategy in ("replicated", "parameter-server"):
