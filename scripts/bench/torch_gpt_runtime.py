@@ -30,6 +30,7 @@ def main():
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--fusion-mb", type=float, default=4.0, help="tower.torch's bucket size")
+    p.add_argument("--allreduce", default="auto", help="tower.torch's all-reduce mode")
     p.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP's bucket size (its default)")
     args = p.parse_args()
     hvd.init()  # tower's MPI world names the ranks for both sides
@@ -52,12 +53,13 @@ def main():
     model = Gpt()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
     if args.runtime == "tower":
-        opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), fusion_mb=args.fusion_mb)
+        opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), fusion_mb=args.fusion_mb,
+                                       allreduce=args.allreduce)
         barrier = hvd.barrier
     else:
         import torch.distributed as dist
-        port = hvd.broadcast_object(_free_port() if rank == 0 else None, 0)
-        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=size)
+        address, port = hvd.broadcast_object(_rank0_address() if rank == 0 else None, 0)
+        dist.init_process_group("gloo", init_method=f"tcp://{address}:{port}", rank=rank, world_size=size)
         model = torch.nn.parallel.DistributedDataParallel(model, gradient_as_bucket_view=True,
                                                           bucket_cap_mb=args.bucket_cap_mb)
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
@@ -92,15 +94,21 @@ def main():
                           "tokens_per_s": args.batch * 128 * size / step, "step_ms": 1e3 * step,
                           "compute_ms": 1e3 * compute, "exposed_comm_ms": 1e3 * exposed,
                           "peak_rss_bytes": peak_rss,
-                          "buckets": buckets, "fusion_mb": args.fusion_mb, "bucket_cap_mb": args.bucket_cap_mb}),
+                          "buckets": buckets, "fusion_mb": args.fusion_mb, "allreduce": args.allreduce, "bucket_cap_mb": args.bucket_cap_mb}),
               flush=True)
     hvd.shutdown()
 
 
-def _free_port():
+def _rank0_address():
+    """Where DDP's rendezvous listens: this host's address (a namespace host's, across hosts), and
+    a free port there."""
+    try:
+        address = socket.gethostbyname(socket.gethostname())
+    except OSError:
+        address = "127.0.0.1"
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        s.bind((address, 0))
+        return address, s.getsockname()[1]
 
 
 if __name__ == "__main__":
