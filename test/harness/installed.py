@@ -1,23 +1,25 @@
 """A build of tower installed into a temporary prefix, and examples/gan built against it with
-pkg-config alone: what the GAN test and the replica-hash test share."""
+pkg-config alone: what the GAN, replica-hash and libtorch-example tests share."""
 import os
 import subprocess
 
 
 def install(build, dest):
-    """tower installed under dest, with a tower.pc pointing there; returns (prefix, libdir, pkgconfig dir)."""
+    """tower installed under dest, with copies of its .pc files (tower.pc, and tower-torch.pc where
+    built) pointing there; returns (prefix, libdir, pkgconfig dir)."""
     subprocess.run(["meson", "install", "-C", build, "--destdir", dest, "--no-rebuild", "--quiet"], check=True,
                    stdout=subprocess.DEVNULL)
-    pcs = [os.path.join(d, f) for d, _, files in os.walk(dest) for f in files if f == "tower.pc"]
-    if not pcs:
+    pcs = [os.path.join(d, f) for d, _, files in os.walk(dest) for f in files if f in ("tower.pc", "tower-torch.pc")]
+    if not any(p.endswith("/tower.pc") for p in pcs):
         raise RuntimeError(f"no tower.pc under {dest}")
     libdir = os.path.dirname(os.path.dirname(pcs[0]))
     root = os.path.dirname(os.path.dirname(libdir)) if "x86_64" in libdir else os.path.dirname(libdir)
     pkgconfig = os.path.join(dest, "pkgconfig")
     os.makedirs(pkgconfig, exist_ok=True)
-    with open(pcs[0]) as f, open(os.path.join(pkgconfig, "tower.pc"), "w") as out:
-        for line in f:
-            out.write(f"prefix={root}\n" if line.startswith("prefix=") else line)
+    for pc in pcs:  # they name the real prefix: the copies name the temporary one
+        with open(pc) as f, open(os.path.join(pkgconfig, os.path.basename(pc)), "w") as out:
+            for line in f:
+                out.write(f"prefix={root}\n" if line.startswith("prefix=") else line)
     return root, libdir, pkgconfig
 
 
