@@ -145,6 +145,11 @@ size_t GradientReducer::bucket_count() const
 	return open().facts().buckets;
 }
 
+uint64_t GradientReducer::check_replicas() const
+{
+	return open().check_replicas();
+}
+
 void GradientReducer::begin_step()
 {
 	pass_ = open().backward_pass(true);

@@ -68,6 +68,9 @@ public:
 	// A backward pass ran since the last synchronize(): zeroing the gradients now would race.
 	bool gradients_pending() const { return in_step_; }
 	size_t bucket_count() const;
+	// Collective: the hash of the parameters, the same on every rank; tower::AgreedError on every
+	// rank naming the ranks and the first parameter that differ when they do not hold the same.
+	uint64_t check_replicas() const;
 	// The hooks' entry (autograd's thread): parameter `index` was accumulated.
 	void accumulated(size_t index);
 	// Collective (the buckets may be memory the node's ranks share): removes the hooks, leaves

@@ -9,6 +9,7 @@
 #include "base/error.h"
 #include "base/mpi/world.h"
 #include "collectives/communicator.h"
+#include "runtime/observe/timeline.h"
 
 namespace tower::torch_adapter {
 
@@ -16,6 +17,7 @@ namespace {
 
 struct Process {
 	std::unique_ptr<World> world; // empty when the program started MPI itself
+	std::unique_ptr<timeline::Recording> timeline;
 	std::optional<Topology> topology;
 	std::unique_ptr<Communicator> host;
 	MPI_Comm bookkeeping = MPI_COMM_NULL;
@@ -72,9 +74,17 @@ void shutdown()
 	}
 	if (!process)
 		return;
+	if (process->timeline)
+		process->timeline->finish();
 	MPI_Comm_free(&process->bookkeeping);
 	process.reset(); // the world last: it finalizes MPI if init() started it
 	ended = true;
+}
+
+void record_timeline(const std::string& path)
+{
+	Process& p = current();
+	p.timeline = std::make_unique<timeline::Recording>(MPI_COMM_WORLD, path);
 }
 
 uint64_t add_closer(std::function<void()> close)

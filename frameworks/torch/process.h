@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <string>
 
 #include <mpi.h>
 
@@ -17,6 +18,9 @@ namespace tower::torch_adapter {
 // Starts MPI (unless the program already did, e.g. through mpi4py) and learns the topology:
 // nodes are the ranks that share memory, or TOWER_RANKS_PER_NODE consecutive ranks. Idempotent.
 void init();
+// Collective: records a timeline (runtime/observe/timeline.h) into PATH until shutdown(): the
+// buckets' all-reduces, the waits for them, the updates.
+void record_timeline(const std::string& path);
 // Collective: closes every open reducer (in the order they were made, alike on every rank), then
 // ends what init() started; MPI itself only if init() started it. Idempotent; init() may not be
 // called again afterwards (MPI cannot be restarted).

@@ -13,6 +13,7 @@
 #include "frameworks/torch/gradient_reducer.h"
 #include "frameworks/torch/process.h"
 #include "frameworks/torch/tensor_collectives.h"
+#include "runtime/observe/timeline.h"
 #include "tower_config.h"
 
 namespace py = pybind11;
@@ -117,6 +118,11 @@ public:
 		return d;
 	}
 	bool gradients_pending() { return open().gradients_pending(); }
+	uint64_t check_replicas()
+	{
+		py::gil_scoped_release unlocked;
+		return open().check_replicas();
+	}
 	size_t bucket_count() { return open().bucket_count(); }
 	void close()
 	{
@@ -156,6 +162,21 @@ PYBIND11_MODULE(_core, m)
 	});
 	m.def("is_initialized", &is_initialized);
 	m.def("abort", [](int code) { abort_job(code); });
+	m.def("record_timeline", [](const std::string& path) {
+		py::gil_scoped_release unlocked;
+		record_timeline(path);
+	});
+	// A span of the timeline around Python code: `with _core.Span(name, category): ...`.
+	struct PySpan {
+		std::string name, category;
+		std::unique_ptr<timeline::Span> span;
+	};
+	py::class_<PySpan>(m, "Span")
+		.def(py::init([](std::string name, std::string category) {
+			return PySpan{std::move(name), std::move(category), nullptr};
+		}))
+		.def("__enter__", [](PySpan& s) { s.span = std::make_unique<timeline::Span>(s.name.c_str(), s.category.c_str()); })
+		.def("__exit__", [](PySpan& s, py::args) { s.span.reset(); });
 	m.def("set_stall_limits", [](double warn_s, double abort_s) { set_stall_limits({warn_s, abort_s}); });
 	m.def("size", [] { return topology().size(); });
 	m.def("rank", [] { return topology().rank(); });
@@ -205,6 +226,7 @@ PYBIND11_MODULE(_core, m)
 		     py::call_guard<py::gil_scoped_release>())
 		.def("synchronize", &PyReducer::synchronize)
 		.def("gradients_pending", &PyReducer::gradients_pending)
+		.def("check_replicas", &PyReducer::check_replicas)
 		.def("bucket_count", &PyReducer::bucket_count)
 		.def("close", &PyReducer::close)
 		.def("closed", &PyReducer::closed);

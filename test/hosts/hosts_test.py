@@ -45,6 +45,25 @@ def final_hash(text):
     return None
 
 
+def long_job(log_path, *extra):
+    """A training job across the hosts that runs for minutes, returned once it has logged a step:
+    a cut or a kill then certainly hits a running job (a fast machine finished a job of a few
+    seconds before the cut took effect). Its output goes to a file, which nobody has to drain."""
+    log = open(log_path, "w")
+    job = subprocess.Popen([cluster, "mpirun", "-np", "4", "--map-by", "node", "-x", "OMP_NUM_THREADS", tower,
+                            "train", "--epochs", "1000", "--max-steps", "1000000", "--log-every", "20",
+                            "--eval-every", "0", "--hidden", "64", "--depth", "1", "--batch", "32", *extra],
+                           stdout=log, stderr=subprocess.STDOUT, text=True, env=ENV, start_new_session=True)
+    deadline = time.time() + 90
+    while time.time() < deadline and job.poll() is None and " step " not in open(log_path).read():
+        time.sleep(0.2)
+    if job.poll() is not None or " step " not in open(log_path).read():
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+        fail(f"the long job across the hosts logged no step: {open(log_path).read()[-1500:]}")
+    return job, log
+
+
 skip_unless_namespaces()
 # meson ends a test that runs too long with SIGTERM: the hosts still come down (the finally below).
 signal.signal(signal.SIGTERM, lambda *_: sys.exit("FAIL: terminated (timeout?)"))
@@ -152,12 +171,7 @@ with tempfile.TemporaryDirectory(prefix="tower-hosts-test-") as tmp:
         # exits within its 5 s grace; mpirun ends once TCP gives up on host1's daemon (about 6 s
         # with the cluster's tcp_retries2=4).
         stall_abort = 6
-        job = subprocess.Popen([cluster, "mpirun", "-np", "4", "--map-by", "node", "-x", "OMP_NUM_THREADS", tower,
-                                "train", "--max-steps", "100000", "--eval-every", "0", "--hidden", "64", "--depth",
-                                "1", "--batch", "32", "--stall-warn", "3", "--stall-abort", str(stall_abort)],
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV,
-                               start_new_session=True)
-        time.sleep(6)
+        job, log = long_job(os.path.join(tmp, "partition.log"), "--stall-warn", "3", "--stall-abort", str(stall_abort))
         subprocess.run([cluster, "cut", "host1"], check=True, env=ENV, timeout=30)
         cut = time.time()
         gone = {}
@@ -186,11 +200,7 @@ with tempfile.TemporaryDirectory(prefix="tower-hosts-test-") as tmp:
             fail("a partitioned job ended with exit 0")
 
         # SIGKILL a rank on host1 mid-run: the job must end, not hang.
-        job = subprocess.Popen([cluster, "mpirun", "-np", "4", "--map-by", "node", "-x", "OMP_NUM_THREADS", tower,
-                                "train", "--max-steps", "100000", "--eval-every", "0", "--hidden", "64", "--depth",
-                                "1", "--batch", "32"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               env=ENV, start_new_session=True)
-        time.sleep(6)
+        job, log = long_job(os.path.join(tmp, "kill.log"))
         pids = subprocess.run(["ip", "netns", "pids", "twrt-host1"], capture_output=True, text=True).stdout.split()
         towers = [p for p in pids if open(f"/proc/{p}/comm").read().strip() == "tower"]
         if not towers:

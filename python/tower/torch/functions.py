@@ -52,18 +52,22 @@ def _note_failure(hook):
     return excepthook
 
 
-def init(comm=None, process_sets=None, *, stall_warn_s=60.0, stall_abort_s=600.0):
+def init(comm=None, process_sets=None, *, stall_warn_s=60.0, stall_abort_s=600.0, timeline=None):
     """Starts MPI and learns the topology (collective). Idempotent. tower's own: a rank waiting
     stall_warn_s seconds for others prints where it waits and which ranks have not arrived; after
-    stall_abort_s (0: never) it ends the job with that report."""
+    stall_abort_s (0: never) it ends the job with that report. timeline="trace.json" records a
+    Chrome trace of every rank (buckets' all-reduces, waits, updates) until shutdown()."""
     global _exit_registered
     if comm is not None or process_sets is not None:
         raise TowerError("tower.torch.init() takes no comm or process_sets: it runs over every rank of mpirun")
     if not (0 <= stall_warn_s and 0 <= stall_abort_s and (stall_abort_s == 0 or stall_warn_s <= stall_abort_s)):
         raise TowerError(f"stall_warn_s={stall_warn_s}, stall_abort_s={stall_abort_s}: seconds, 0 or more, the "
                          "warning first (stall_abort_s=0 never aborts)")
+    first = not _core.is_initialized()
     _core.init()
     _core.set_stall_limits(float(stall_warn_s), float(stall_abort_s))
+    if timeline and first:
+        _core.record_timeline(str(timeline))
     if not _exit_registered:
         atexit.register(_at_exit)
         sys.excepthook = _note_failure(sys.excepthook)

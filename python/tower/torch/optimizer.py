@@ -33,8 +33,10 @@ def _settings(optimizer):
 class _DistributedOptimizer:
     """Methods added to the wrapped optimizer's class (its state and settings stay its own)."""
 
-    def _tower_init(self, named_parameters, arguments, base_step):
+    def _tower_init(self, named_parameters, arguments, base_step, check_every):
         self._tower_reducer = _core.GradientReducer(named_parameters, arguments)
+        self._tower_check_every = check_every
+        self._tower_steps = 0
         self._tower_should_synchronize = True
         self._tower_synchronized = False
         self._tower_last = {}
@@ -69,10 +71,15 @@ class _DistributedOptimizer:
         if self._tower_last.get("skipped"):
             # A reduced gradient was inf or NaN: every rank skips this step alike.
             return loss
-        if self._tower_base_step is not None:
-            self._tower_base_step()
-        else:
-            super(self.__class__, self).step()
+        with _core.Span("torch optimizer step", "update"):
+            if self._tower_base_step is not None:
+                self._tower_base_step()
+            else:
+                super(self.__class__, self).step()
+        self._tower_steps += 1
+        if self._tower_check_every and self._tower_steps % self._tower_check_every == 0:
+            # Collective: every rank holds the same parameters, or AgreedError names who differs.
+            self._tower_last["replica_hash"] = f"{self._tower_reducer.check_replicas():016x}"
         return loss
 
     def zero_grad(self, *args, **kwargs):
@@ -94,13 +101,14 @@ class _DistributedOptimizer:
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none, backward_passes_per_step=1,
                          op=Average, gradient_predivide_factor=1.0, num_groups=0, groups=None,
                          sparse_as_dense=False, process_set=None, *, allreduce="auto", fusion_mb=4.0,
-                         overlap=True, strategy="replicated", name=""):
+                         overlap=True, strategy="replicated", name="", check_every=0):
     """Wraps `optimizer` (any torch.optim.Optimizer): gradients are reduced over the ranks as
     backward finalizes them, and step() applies the reduced ones (collective: every rank makes
     the same calls). Horovod's arguments, plus tower's own: allreduce= (auto, ring, hierarchical,
     naive), fusion_mb= (the bucket size, 4 MB so that a model of tens of MB overlaps its
     reduction with backward; 0 is one bucket per parameter), overlap=, groups=
-    (replica subgroups), strategy= (replicated), name=."""
+    (replica subgroups), strategy= (replicated), name=, check_every= (every K steps, compare the
+    ranks' parameters by hash: an error naming the ranks that differ)."""
     # What is wrong on this rank goes to the reducer's agreement: an error on every rank, not a
     # rank that raises while the others wait for it.
     problems = []
@@ -115,6 +123,9 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         problems.append(f"compression={compression!r}: use tower.torch.Compression.none, fp16 or bf16")
     if hasattr(optimizer, "_tower_reducer"):
         problems.append("this optimizer is a DistributedOptimizer already: wrap the torch optimizer once")
+    if not isinstance(check_every, int) or check_every < 0:
+        problems.append(f"check_every={check_every!r}: a number of steps, 0 (never) or more")
+        check_every = 0
     if isinstance(optimizer, torch.optim.LBFGS):
         problems.append("LBFGS evaluates its closure several times per step: not supported")
     op_name, replica_groups = "mean", []
@@ -162,7 +173,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     arguments.groups = replica_groups
     arguments.backward_passes_per_step = int(backward_passes_per_step)
     arguments.strategy = strategy
-    arguments.agreed = _settings(optimizer)
+    arguments.agreed = _settings(optimizer) + [("check_every", str(check_every))]
     arguments.problem = "; ".join(problems)
 
     methods = {k: v for k, v in _DistributedOptimizer.__dict__.items() if k not in ("__dict__", "__weakref__")}
@@ -170,5 +181,5 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     wrapped = cls.__new__(cls)
     base_step = optimizer.__dict__.pop("step", None)
     wrapped.__dict__ = optimizer.__dict__  # the same state, settings and parameter groups
-    wrapped._tower_init(ordered, arguments, base_step)
+    wrapped._tower_init(ordered, arguments, base_step, check_every)
     return wrapped

@@ -17,6 +17,8 @@ def say(text):
 mistake = sys.argv[1]
 if mistake == "stalled-rank":
     hvd.init(stall_warn_s=1, stall_abort_s=4)
+elif mistake == "timeline":
+    hvd.init(timeline=sys.argv[2])
 else:
     hvd.init()
 R = hvd.rank()
@@ -83,6 +85,34 @@ try:
         if R == 1:
             raise ValueError("rank 1 fails alone")
         hvd.allreduce(torch.ones(1), name="never answered")
+    elif mistake == "replicas-differ":
+        # Rank 1's weights are changed behind the optimizer's back: check_every names it.
+        m = model()
+        opt = wrap(m, check_every=2)
+        for step in range(4):
+            if R == 1 and step == 1:
+                with torch.no_grad():
+                    m["b"].bias.add_(1.0)
+            opt.zero_grad()
+            F.cross_entropy(forward(m, x), y).backward()
+            opt.step()
+    elif mistake == "timeline":
+        # Two steps recorded: each rank's buckets' all-reduces and its torch optimizer steps.
+        import json
+        m = model()
+        opt = wrap(m, fusion_mb=0)
+        for _ in range(2):
+            opt.zero_grad()
+            F.cross_entropy(forward(m, x), y).backward()
+            opt.step()
+        hvd.shutdown()  # writes the merged trace
+        if R == 0:
+            events = json.load(open(sys.argv[2]))
+            names = {(e.get("pid"), e.get("name")) for e in events if e.get("ph") == "X"}
+            wanted = {(r, n) for r in (0, 1) for n in ("all-reduce", "torch optimizer step")}
+            say(f"rank {R}: timeline spans missing: {sorted(wanted - names)}")
+            sys.exit(0 if wanted <= names else 1)
+        sys.exit(0)
     elif mistake == "stalled-rank":
         # Rank 1 stops before its second backward: rank 0, waiting in step(), names it and ends the job.
         import time

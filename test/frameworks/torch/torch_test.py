@@ -81,6 +81,21 @@ for mistake, words in mistakes.items():
     if not passed:
         failures.append(f"{mistake}: exit {r.returncode}, expected {words!r} on both ranks\n{r.stdout}\n{r.stderr}")
 
+# check_every: a rank whose weights were changed behind the optimizer's back is named at the next check.
+r, seconds = launch(2, "mistakes.py", "replicas-differ", timeout=60)
+passed = r.returncode != 0 and all(re.search(rf"rank {k}: AgreedError: [^\n]*rank 1", r.stdout) for k in range(2))
+print(f"replicas-differ: {'ok' if passed else 'FAILED'} ({seconds:.1f} s)")
+if not passed:
+    failures.append(f"replicas-differ: exit {r.returncode}\n{r.stdout}\n{r.stderr}")
+
+# init(timeline=...): every rank's all-reduces and torch optimizer steps in one trace.
+with tempfile.TemporaryDirectory() as tmp:
+    r, seconds = launch(2, "mistakes.py", "timeline", os.path.join(tmp, "trace.json"), timeout=60)
+    passed = r.returncode == 0 and "timeline spans missing: []" in r.stdout
+    print(f"timeline: {'ok' if passed else 'FAILED'} ({seconds:.1f} s)")
+    if not passed:
+        failures.append(f"timeline: exit {r.returncode}\n{r.stdout}\n{r.stderr}")
+
 # A rank that stops: the one waiting for it names it, and the job ends after the stall limit.
 r, seconds = launch(2, "mistakes.py", "stalled-rank", timeout=60)
 passed = (r.returncode != 0 and "not arrived: rank 1" in r.stderr and "aborting the job" in r.stderr
