@@ -79,35 +79,77 @@ def plot_runs(paths, output, plt):
     def losses(key):
         return key == "loss" or (key.startswith("loss_") and not key.startswith("loss_scale"))
 
-    panels = [(losses, "steps", "loss", "training loss"),
-              (lambda k: k == "test_accuracy", "evals", "test accuracy", "test accuracy"),
-              (lambda k: k == "samples_per_s", "steps", "samples/s", "throughput"),
-              (lambda k: k == "allreduce_ms", "steps", "ms per step", "gradient communication time"),
-              (lambda k: k.startswith("loss_scale_log2"), "steps", "log2 of the scale", "loss scale")]
-    figure, axes = plt.subplots(2, 3, figsize=(16, 8))
-    axes.flat[-1].axis("off")
-    for (matches, source, ylabel, title), ax in zip(panels, axes.flat):
-        drawn = []
-        for run, label in zip(runs, run_labels(runs)):
+    def scaled(key):
+        return key.startswith("loss_scale_log2")
+
+    # (matches, source, y label, title, drawn only when); panels for what the runs hold.
+    panels = [(losses, "steps", "loss", "training loss", None),
+              (lambda k: k == "test_accuracy", "evals", "test accuracy", "test accuracy", None),
+              (lambda k: k == "samples_per_s", "steps", "samples/s", "throughput", None),
+              (lambda k: k == "allreduce_ms", "steps", "ms per step", "gradient communication time", None),
+              # A run without loss scaling logs a scale of 2^0 throughout: nothing to show.
+              (scaled, "steps", "log2 of the scale", "loss scale", lambda v: v != 0)]
+    labels = run_labels(runs)
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    styles = ["-", "--", ":", "-."]
+    series = []  # per panel: (panel, [(run index, key, points)])
+    for panel in panels:
+        matches, source, _, title, shown = panel
+        found = []
+        for i, run in enumerate(runs):
             keys = list(dict.fromkeys(k for x in run[source] for k in x if matches(k)))
             for key in keys:
                 points = [(x["step"], x[key]) for x in run[source] if x.get(key) is not None]
-                if not points:
-                    continue
-                name = label if len(keys) == 1 else f"{label} {key}"
-                ax.plot(*zip(*points), marker="o" if source == "evals" or len(points) < 30 else None,
-                        markersize=4, label=name)
-                drawn.append(f"{name} ({len(points)} points)")
-        print(f"{title}: {', '.join(drawn) or 'nothing'}")
+                if points:
+                    found.append((i, key, points))
+        if found and shown and not any(shown(v) for _, _, points in found for _, v in points):
+            found = []
+        if not found:
+            print(f"{title}: not drawn (nothing in these runs)")
+            continue
+        series.append((panel, found))
+    # One cell per panel and one for the legend, which stays off the data.
+    columns = 3
+    rows = (len(series) + 1 + columns - 1) // columns
+    figure, axes = plt.subplots(rows, columns, figsize=(16, 4 * rows), squeeze=False)
+    cells = list(axes.flat)
+    keys_styled = {}
+    for ((_, source, ylabel, title, _), found), ax in zip(series, cells):
+        keys = list(dict.fromkeys(key for _, key, _ in found))
+        drawn = []
+        for i, key, points in found:
+            style = styles[keys.index(key) % len(styles)] if len(keys) > 1 else "-"
+            if len(keys) > 1:
+                keys_styled[key] = style
+            ax.plot(*zip(*points), color=colors[i % len(colors)], linestyle=style,
+                    marker="o" if source == "evals" or len(points) < 30 else None, markersize=4)
+            name = labels[i] if len(keys) == 1 else f"{labels[i]} {key}"
+            drawn.append(f"{name} ({len(points)} points)")
+        print(f"{title}: {', '.join(drawn)}")
+        values = [v for _, _, points in found for _, v in points]
+        if title == "test accuracy":
+            # From a floor a person reads at a glance: a tenth of a point is not a collapse.
+            bottom = max(0.0, int((min(values) - 0.05) * 10) / 10)
+            top = min(1.0, max(values) + 0.02)
+            ax.set_ylim(bottom, top)
+            ax.yaxis.set_major_formatter(plt.matplotlib.ticker.PercentFormatter(1.0))
+            print(f"test accuracy axis: {100 * bottom:.0f}% to {100 * top:.1f}%")
+        elif title in ("throughput", "gradient communication time"):
+            ax.set_ylim(bottom=0, top=max(values) * 1.1 if max(values) > 0 else 1)
         ax.set_title(title)
         ax.set_xlabel("step")
         ax.set_ylabel(ylabel)
         ax.grid(True, alpha=0.3)
-        if len(drawn) > 1 and ax is not axes.flat[0]:
-            ax.legend(fontsize=8)
-        if source == "evals" and not any(r["evals"] for r in runs):
-            ax.text(0.5, 0.5, "no evaluation in these runs", ha="center", va="center", transform=ax.transAxes)
-    axes.flat[0].legend(fontsize=8)
+    legend = cells[len(series)]
+    legend.axis("off")
+    handles = [plt.matplotlib.lines.Line2D([], [], color=colors[i % len(colors)]) for i in range(len(runs))]
+    names = list(labels)
+    for key, style in keys_styled.items():
+        handles.append(plt.matplotlib.lines.Line2D([], [], color="black", linestyle=style))
+        names.append(key)
+    legend.legend(handles, names, loc="center", fontsize=9, frameon=False)
+    for ax in cells[len(series) + 1:]:
+        ax.axis("off")
     figure.suptitle("tower plot: " + ", ".join(os.path.basename(r["path"]) for r in runs), fontsize=10)
     figure.tight_layout()
     figure.savefig(output, dpi=110)
@@ -172,7 +214,9 @@ def main():
     try:
         import matplotlib
         matplotlib.use("Agg")
+        import matplotlib.lines  # noqa: F401  (plt.matplotlib.lines, .ticker)
         import matplotlib.pyplot as plt
+        import matplotlib.ticker  # noqa: F401
     except ImportError:
         sys.exit(f"tower plot: {sys.executable} has no matplotlib; install python3-matplotlib "
                  "(scripts/setup-deps does) or set TOWER_PYTHON to a python that has it")

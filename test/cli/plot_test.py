@@ -55,6 +55,18 @@ expect("training loss: ring (3 points), hierarchical (4 points)" in r.stdout, f"
 expect("test accuracy: ring (1 points), hierarchical (2 points)" in r.stdout, f"two runs, accuracy: {r.stdout}")
 expect("throughput: ring (3 points)" in r.stdout and "gradient communication time: ring (3 points)" in r.stdout,
        f"two runs, throughput and communication panels: {r.stdout}")
+# Panels for what the runs hold: no loss scaling, no loss-scale panel; accuracy from a floor that
+# shows a tenth of a point as the small change it is (0.8 throughout: 70% to 82%).
+expect("loss scale: not drawn" in r.stdout, f"two runs without loss scaling got a loss-scale panel: {r.stdout}")
+expect("test accuracy axis: 70% to 82.0%" in r.stdout, f"two runs, accuracy axis: {r.stdout}")
+scaled = os.path.join(tmp, "scaled.jsonl")
+with open(scaled, "w") as f:
+    for step, scale in ((10, 16.0), (20, 15.0), (30, 15.0)):
+        f.write(json.dumps({"event": "step", "step": step, "loss": 1.0, "loss_scale_log2": scale}) + "\n")
+r = plot(scaled, "-o", os.path.join(tmp, "scaled.png"))
+expect(r.returncode == 0 and "loss scale: scaled.jsonl (unfinished) (3 points)" in r.stdout,
+       f"a run with dynamic loss scaling: no loss-scale panel: {r.stdout} {r.stderr[-1000:]}")
+expect("test accuracy: not drawn" in r.stdout, f"a run without evaluations got an accuracy panel: {r.stdout}")
 
 # One run, still running or killed: its .partial file, last line cut short; the default output name.
 unfinished = os.path.join(tmp, "unfinished.jsonl")
