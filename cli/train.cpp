@@ -5,13 +5,14 @@
 #include "cli/command.h"
 #include "cli/train_config.h"
 #include "cli/train_options.h"
+#include "cli/train_report.h"
 #include "models/kernels/cpu/cpu_threads.h"
 #include "data/fashion_mnist.h"
 #include "data/text_corpus.h"
 #include "models/model_factory.h"
 #include "base/watchdog/collective_debug.h"
 #include "base/watchdog/watched_wait.h"
-#include "runtime/trainer.h"
+#include "runtime/training/trainer.h"
 
 namespace tower::cli {
 
@@ -181,13 +182,15 @@ int run_training(World& world, const TrainConfig& c)
 		const TextWindows test =
 			load_text_windows_agreed(world.comm(), c.data_dir, TextSplit::validation, c.model.context, 1);
 		config.tokens_per_sample = c.model.context;
-		Trainer trainer(topology, device, *model, train, test, config);
+		TrainReport report(world.comm(), c.metrics_path, under_elastic_launcher());
+		Trainer trainer(topology, device, *model, train, test, config, &report);
 		trainer.run();
 		return 0;
 	}
 	const Dataset train = load_fashion_mnist_agreed(world.comm(), c.data_dir, Split::train);
 	const Dataset test = c.eval_every > 0 ? load_fashion_mnist_agreed(world.comm(), c.data_dir, Split::test) : Dataset{};
-	Trainer trainer(topology, device, *model, train, test, config);
+	TrainReport report(world.comm(), c.metrics_path, under_elastic_launcher());
+	Trainer trainer(topology, device, *model, train, test, config, &report);
 	trainer.run();
 	return 0;
 }

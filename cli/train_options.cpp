@@ -208,7 +208,6 @@ TrainerConfig trainer_config(const TrainConfig& c, const Topology& topology, con
 	t.log_every = c.log_every;
 	t.eval_every = c.eval_every;
 	t.check_every = c.check_every;
-	t.metrics_path = c.metrics_path;
 	t.timeline_path = c.timeline_path;
 	t.checkpoint.dir = c.checkpoint_dir;
 	t.checkpoint.every = c.checkpoint_every;
@@ -216,19 +215,25 @@ TrainerConfig trainer_config(const TrainConfig& c, const Topology& topology, con
 	t.checkpoint.resume = c.resume;
 	t.checkpoint.resume_path = c.resume_path;
 	t.checkpoint.identity = run_identity(c);
-	if (const char* generation = std::getenv("TOWER_ELASTIC_GENERATION")) {
-		t.elastic_lines = true;
-		const char* history = std::getenv("TOWER_ELASTIC_HISTORY");
-		t.elastic_history = {{"generation", std::atoi(generation)},
-				     {"earlier", nlohmann::json::parse(history ? history : "[]", nullptr, false)}};
-	}
 	t.labels = {{"model", c.model.name},
 		    {"precision", c.precision},
 		    {"compress", c.compress},
 		    {"allreduce", c.strategy == "replicated" ? std::string(all_reduce_mode_name(t.strategy.replicated.mode)) : std::string("none")}};
 	if (c.ema_decay)
 		t.labels["ema_decay"] = *c.ema_decay;
+	// Under an elastic launcher (cli/elastic.cpp), the summary carries its history of the
+	// earlier generations.
+	if (const char* generation = std::getenv("TOWER_ELASTIC_GENERATION")) {
+		const char* history = std::getenv("TOWER_ELASTIC_HISTORY");
+		t.labels["elastic"] = {{"generation", std::atoi(generation)},
+				       {"earlier", nlohmann::json::parse(history ? history : "[]", nullptr, false)}};
+	}
 	return t;
+}
+
+bool under_elastic_launcher()
+{
+	return std::getenv("TOWER_ELASTIC_GENERATION") != nullptr;
 }
 
 } // namespace tower::cli

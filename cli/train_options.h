@@ -3,13 +3,16 @@
 
 #include "cli/train_config.h"
 #include "base/device/device.h"
-#include "runtime/trainer.h"
+#include "runtime/training/trainer.h"
 
 namespace tower::cli {
 
 // Throws tower::AgreedError naming the flag for a value that does not parse or does not apply
 // to the chosen strategy (every rank parses the same command line).
 TrainerConfig trainer_config(const TrainConfig& c, const Topology& topology, const Device& device);
+
+// True when `tower elastic` started this run: its rank 0 then prints the launcher's lines.
+bool under_elastic_launcher();
 
 // --groups "0,1;2,3" -> {{0, 1}, {2, 3}} ("" -> no groups); throws tower::AgreedError for a member
 // that is not a rank number. Whether the groups fit the job is validate_group_assignment's call.

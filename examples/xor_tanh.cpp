@@ -20,7 +20,8 @@
 #include "base/mpi/topology.h"
 #include "base/mpi/world.h"
 #include "data/fashion_mnist.h"
-#include "runtime/trainer.h"
+#include "runtime/observe/run_report.h"
+#include "runtime/training/trainer.h"
 
 namespace {
 
@@ -127,10 +128,11 @@ int train(const tower::World& world, const Options& o)
 	config.epochs = o.epochs;
 	config.batch = 64; // per rank
 	config.log_every = 1000;
-	config.metrics_path = o.metrics;
 	config.labels = {{"model", "xor_tanh"}};
 
-	tower::Trainer trainer(topology, cpu, *model, train, test, config);
+	// Progress on rank 0's standard output and the metrics file, as tower train reports.
+	tower::RunReport report(world.comm(), o.metrics);
+	tower::Trainer trainer(topology, cpu, *model, train, test, config, &report);
 	const nlohmann::json summary = trainer.run();
 	if (world.rank() == 0)
 		std::printf("xor_tanh: %s strategy, %s, %d rank(s): test accuracy %.3f after %lld steps\n",

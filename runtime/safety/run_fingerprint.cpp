@@ -3,7 +3,7 @@
 
 #include <fmt/ranges.h>
 
-#include "data/fashion_mnist.h"
+#include "data/sample_set.h"
 #include "models/model.h"
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
@@ -11,7 +11,6 @@
 #include "base/content_hash.h"
 #include "base/device/device.h"
 #include "runtime/strategies/strategy.h"
-#include "runtime/trainer.h"
 #include "tower_config.h"
 
 namespace tower {
@@ -89,30 +88,6 @@ void describe(RunFingerprint& f, const StrategyOptions& s)
 	f.add("--async-staleness", s.async_staleness_scale ? "scale" : "none");
 	f.add("--max-staleness", s.max_staleness >= 0 ? fmt::format("{}", s.max_staleness) : std::string("none"));
 	f.add("--inject-delay", fmt::format("{}:{}", s.inject_delay_rank, s.inject_delay_ms));
-}
-
-void describe(RunFingerprint& f, const TrainerConfig& c)
-{
-	describe(f, c.optimizer);
-	describe(f, c.schedule);
-	describe(f, c.strategy);
-	f.add("--epochs", c.epochs);
-	f.add("--batch", c.batch);
-	f.add("--accumulate", c.accumulate);
-	f.add("--max-steps", c.max_steps);
-	f.add("--seed (data order)", c.data_seed);
-	// Each of these paces a collective: the loss of the logging window, the replica check,
-	// the evaluation.
-	f.add("--log-every", c.log_every);
-	f.add("--eval-every", c.eval_every);
-	f.add("--check-every", c.check_every);
-	// Checkpoints are written and verified together, and the timeline is merged on rank 0: a rank
-	// without them would leave the others waiting. Their paths may differ (listed below).
-	f.add("writing checkpoints", !c.checkpoint.dir.empty());
-	f.add("--checkpoint-every", c.checkpoint.every);
-	f.add("--keep-checkpoints", c.checkpoint.keep);
-	f.add("resuming from a checkpoint", c.checkpoint.resume);
-	f.add("recording a timeline", !c.timeline_path.empty());
 }
 
 void describe(RunFingerprint& f, Model& model, const Device& device)

@@ -26,7 +26,6 @@ struct Device;
 struct OptimizerConfig;
 struct ScheduleConfig;
 struct StrategyOptions;
-struct TrainerConfig;
 class Model;
 struct Parameter;
 
@@ -43,13 +42,12 @@ private:
 	std::vector<AgreedField> fields_;
 };
 
-// The lists. Each covers its struct whole; TrainerConfig's includes its optimizer, schedule and
-// strategy. The model is known by its parameters (names, shapes, dtypes), a data set by its size
+// The lists. Each covers its struct whole (the trainer's, runtime/training/trainer.h, includes
+// its optimizer, schedule and strategy). The model is known by its parameters (names, shapes, dtypes), a data set by its size
 // and a checksum of its contents, the build by tower's version and configuration.
 void describe(RunFingerprint& f, const OptimizerConfig& o);
 void describe(RunFingerprint& f, const ScheduleConfig& s);
 void describe(RunFingerprint& f, const StrategyOptions& s);
-void describe(RunFingerprint& f, const TrainerConfig& c);
 void describe(RunFingerprint& f, Model& model, const Device& device);
 void describe_parameters(RunFingerprint& f, const std::vector<Parameter*>& parameters, const Device& device);
 void describe(RunFingerprint& f, const SampleSet& data, std::string_view split);

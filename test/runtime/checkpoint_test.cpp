@@ -13,7 +13,7 @@
 #include "models/model_factory.h"
 #include "base/crc32c.h"
 #include "base/mpi/mpi_check.h"
-#include "runtime/trainer.h"
+#include "runtime/training/trainer.h"
 #include "test/harness/mpi_main.h"
 #include "test/runtime/training_fixture.h"
 

@@ -10,7 +10,7 @@
 #include "data/sample_batcher.h"
 #include "data/sample_set.h"
 #include "models/model.h"
-#include "runtime/trainer.h"
+#include "runtime/training/trainer.h"
 #include "test/harness/mpi_main.h"
 
 using namespace tower;

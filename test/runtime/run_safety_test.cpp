@@ -15,7 +15,7 @@
 #include "base/watchdog/watched_wait.h"
 #include "runtime/safety/run_fingerprint.h"
 #include "runtime/strategies/strategy.h"
-#include "runtime/trainer.h"
+#include "runtime/training/trainer.h"
 #include "runtime/tower.h"
 #include "test/harness/mpi_main.h"
 #include "test/runtime/training_fixture.h"

@@ -1,5 +1,5 @@
 // The training loop every program shares: data order, schedule, steps through a strategy,
-// logging, metrics, evaluation, replica checks and checkpoints.
+// logging windows, evaluation, replica checks and checkpoints, told to an observer.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +14,7 @@
 #include "base/device/device.h"
 #include "base/mpi/topology.h"
 #include "runtime/checkpoint/checkpoint.h"
+#include "runtime/observe/training_observer.h"
 #include "runtime/safety/run_fingerprint.h"
 #include "runtime/tower.h"
 
@@ -34,36 +35,35 @@ struct TrainerConfig {
 	// Language models: the tokens each sample predicts (a text window's context). Above 0, step
 	// lines and the summary add tokens_per_s, and evaluations add the loss in bits per token.
 	int64_t tokens_per_sample = 0;
-	std::string metrics_path; // JSON lines written by rank 0; empty: none
 	std::string timeline_path; // Chrome trace of every rank (runtime/observe/timeline.h); empty: none
 	CheckpointConfig checkpoint; // docs/checkpoints.md
 	// Written into the summary as they are, so a run's log says what ran.
 	nlohmann::json labels;
-	// Under an elastic launcher (cli/elastic.cpp): rank 0 prints "tower-elastic: ..." lines with
-	// where it started and each step it completes, and the summary carries the launcher's history
-	// of the earlier generations under "elastic".
-	bool elastic_lines = false;
-	nlohmann::json elastic_history;
 	// The calling program's own options that every rank must share (tower train adds its model
 	// options); compared with the rest of the run before its first collective.
 	RunFingerprint program_fields;
 };
 
+// The fields of `c` that every rank must share, its optimizer, schedule and strategy included
+// (runtime/safety/run_fingerprint.h).
+void describe(RunFingerprint& f, const TrainerConfig& c);
+
 // Trains `model` on the samples of `train` (and evaluates on `test` when it holds samples): any
 // model of batches of named tensors, the built-in image classifiers among them. Construction is
 // collective over the topology's world and builds the tower (the model and its distributed
-// optimizer). The model, the data sets and the
-// topology must outlive the trainer.
+// optimizer). What the run has to say goes to `observer` on rank 0 (runtime/observe/run_report.h
+// prints progress and writes the metrics file; null: nothing is said). The model, the data sets,
+// the topology and the observer must outlive the trainer.
 class Trainer {
 public:
 	Trainer(const Topology& topology, const Device& device, Model& model, const SampleSet& train,
-		const SampleSet& test, const TrainerConfig& config);
+		const SampleSet& test, const TrainerConfig& config, TrainingObserver* observer = nullptr);
 	~Trainer();
 	Trainer(const Trainer&) = delete;
 	Trainer& operator=(const Trainer&) = delete;
 
-	// Collective: runs every planned step and returns the summary rank 0 writes (the same
-	// object on every rank).
+	// Collective: runs every planned step and returns the run's summary (the same object on
+	// every rank; rank 0's observer was given it).
 	nlohmann::json run();
 
 	Tower& tower();
