@@ -241,6 +241,110 @@ size_t parse_bytes(const std::string& text)
 	return static_cast<size_t>(value) << shift;
 }
 
+namespace {
+
+// One `tower bench` of a collective: what every mode's sweep shares.
+struct Sweep {
+	const BenchOptions& o;
+	World& world;
+	const Topology& topology;
+	const Device& device;
+	DType dtype;
+	ReduceOp op;
+	Collective coll;
+	size_t lo, hi;
+	Communicator& comm;
+	std::optional<MemoryBound> bound;
+	nlohmann::json out = nlohmann::json::array();
+	size_t total_wrong = 0;
+};
+
+// On one host, the shared-memory mode's figures are shown against the memory-copy rate, measured
+// now (at the largest size, capped at 256 MiB so two buffers fit anywhere the bench runs).
+void measure_copy_rate(Sweep& w)
+{
+	const size_t bound_bytes = std::min<size_t>(w.hi, size_t{256} << 20);
+	if (w.o.collective != "allreduce" || w.device.is_cuda() || w.topology.node_count() != 1 || w.topology.simulated() ||
+	    w.world.size() == 1)
+		return;
+	w.bound = measure_memory_bound(w.world.comm(), bound_bytes, w.o.iters);
+	if (w.world.rank() == 0)
+		fmt::print("{}\n", describe_memory_bound(*w.bound, bound_bytes));
+	w.out.push_back({{"collective", "memcpy"}, {"ranks", w.world.size()}, {"bytes", bound_bytes},
+			 {"copy_gbps", w.bound->copy_gbps}, {"bound_busbw_gbps", w.bound->busbw_gbps}});
+}
+
+// --mode all measures what can run here and says why it leaves a mode out; a mode asked for by
+// name that cannot run is an error (make_all_reduce's).
+bool skipped(Sweep& w, const std::string& mode)
+{
+	if (w.o.collective != "allreduce" || w.o.mode != "all")
+		return false;
+	const std::string why = why_all_reduce_cannot_run(w.topology, w.device, parse_all_reduce_mode(mode), {});
+	if (why.empty())
+		return false;
+	if (w.world.rank() == 0)
+		fmt::print("# {} mode {} on {} ranks: skipped: {}\n", w.o.collective, mode, w.world.size(), why);
+	w.out.push_back({{"collective", w.o.collective}, {"mode", mode}, {"skipped", why}});
+	return true;
+}
+
+void keep_rows(Sweep& w, const std::string& mode, const std::vector<Row>& rows)
+{
+	for (const Row& r : rows) {
+		w.total_wrong += r.wrong;
+		w.out.push_back({{"collective", w.o.collective}, {"mode", mode}, {"deterministic", w.o.deterministic},
+				 {"dtype", w.o.dtype}, {"op", w.o.op}, {"ranks", w.world.size()}, {"bytes", r.bytes},
+				 {"time_us", r.time_us}, {"algbw_gbps", r.algbw}, {"busbw_gbps", r.busbw}, {"wrong", r.wrong},
+				 {"in_place", r.in_place}});
+	}
+}
+
+// Every size from -b to -e of one mode.
+void sweep_mode(Sweep& w, const std::string& mode)
+{
+	const BenchOptions& o = w.o;
+	std::unique_ptr<AllReduce> all_reduce;
+	AllReduceOptions options;
+	options.deterministic = o.deterministic;
+	if (o.collective == "allreduce")
+		all_reduce = make_all_reduce(w.topology, w.device, parse_all_reduce_mode(mode), {}, options);
+	// Modes whose allocate() gives shared memory get their buffers from it; the others (naive:
+	// plain MPI_Allreduce) run on ordinary memory.
+	AllReduce* registered = all_reduce && all_reduce->shares_buffers() && !w.device.is_cuda() ? all_reduce.get() : nullptr;
+	const bool root = w.world.rank() == 0;
+	if (root)
+		print_header(o.collective, o.deterministic ? mode + " --deterministic" : mode, w.world.size(), registered != nullptr);
+	for (size_t bytes = w.lo; bytes <= w.hi; bytes *= static_cast<size_t>(o.factor)) {
+		// Whole elements, and whole blocks for the collectives that split the buffer.
+		const size_t unit = dtype_size(w.dtype) * std::max(w.coll.send_divisor, w.coll.recv_divisor);
+		const size_t count = std::max(bytes / unit, size_t{1}) * unit / dtype_size(w.dtype);
+		const Case c = make_case(w.coll, all_reduce.get(), w.comm, count, w.dtype, w.op);
+		const auto rows = measure(o, w.world.comm(), w.world.rank(), w.device, w.coll, count, w.dtype, c, registered);
+		if (root)
+			print_rows(rows, o.dtype, o.op);
+		if (root && w.bound && registered != nullptr && bytes * static_cast<size_t>(o.factor) > w.hi)
+			// In place writes land on lines the rank has just read (no fetch for ownership, which
+			// the copy and the out-of-place run pay): the comparison is the out-of-place run's.
+			fmt::print("# {} at {} bytes out of place: busbw {:.2f} GB/s, {:.0f}% of the copy-rate figure {:.2f}\n",
+				   mode, rows[0].bytes, rows[0].busbw, 100 * rows[0].busbw / w.bound->busbw_gbps, w.bound->busbw_gbps);
+		keep_rows(w, mode, rows);
+	}
+	if (root)
+		std::fflush(stdout);
+}
+
+void write_rows(const std::string& path, const nlohmann::json& rows)
+{
+	std::ofstream file(path);
+	for (const auto& row : rows)
+		file << row.dump() << "\n";
+	if (!file)
+		throw Error(fmt::format("could not write {}", path));
+}
+
+} // namespace
+
 int run_bench(World& world, const BenchOptions& o)
 {
 	if (o.collective == "fusion")
@@ -256,83 +360,19 @@ int run_bench(World& world, const BenchOptions& o)
 	if (o.factor < 2 || lo == 0 || lo > hi)
 		throw AgreedError("sizes must satisfy 0 < -b <= -e and the factor -f must be at least 2");
 	auto comm = make_communicator(world.comm(), device);
+	Sweep w{o, world, topology, device, dtype, op, coll, lo, hi, *comm, std::nullopt};
+	measure_copy_rate(w);
 	// Only all-reduce has algorithms of its own; the others run on the device's communicator.
 	const std::vector<std::string> modes =
 		o.collective == "allreduce" ? modes_of(o.mode) : std::vector<std::string>{device.is_cuda() ? "nccl" : "mpi"};
-	nlohmann::json out = nlohmann::json::array();
-	size_t total_wrong = 0;
-	// On one host, the shared-memory mode's figures are shown against the memory-copy rate, measured
-	// now (at the largest size, capped at 256 MiB so two buffers fit anywhere the bench runs).
-	std::optional<MemoryBound> bound;
-	const size_t bound_bytes = std::min<size_t>(hi, size_t{256} << 20);
-	if (o.collective == "allreduce" && !device.is_cuda() && topology.node_count() == 1 && !topology.simulated() &&
-	    world.size() > 1) {
-		bound = measure_memory_bound(world.comm(), bound_bytes, o.iters);
-		if (world.rank() == 0)
-			fmt::print("{}\n", describe_memory_bound(*bound, bound_bytes));
-		out.push_back({{"collective", "memcpy"}, {"ranks", world.size()}, {"bytes", bound_bytes},
-			       {"copy_gbps", bound->copy_gbps}, {"bound_busbw_gbps", bound->busbw_gbps}});
-	}
-	for (const std::string& mode : modes) {
-		// --mode all measures what can run here and says why it leaves a mode out; a mode asked
-		// for by name that cannot run is an error (make_all_reduce's).
-		if (o.collective == "allreduce" && o.mode == "all") {
-			const std::string why = why_all_reduce_cannot_run(topology, device, parse_all_reduce_mode(mode), {});
-			if (!why.empty()) {
-				if (world.rank() == 0)
-					fmt::print("# {} mode {} on {} ranks: skipped: {}\n", o.collective, mode, world.size(), why);
-				out.push_back({{"collective", o.collective}, {"mode", mode}, {"skipped", why}});
-				continue;
-			}
-		}
-		std::unique_ptr<AllReduce> all_reduce;
-		AllReduceOptions options;
-		options.deterministic = o.deterministic;
-		if (o.collective == "allreduce")
-			all_reduce = make_all_reduce(topology, device, parse_all_reduce_mode(mode), {}, options);
-		// Modes whose allocate() gives shared memory get their buffers from it; the others (naive:
-		// plain MPI_Allreduce) run on ordinary memory.
-		AllReduce* registered = all_reduce && all_reduce->shares_buffers() && !device.is_cuda() ? all_reduce.get()
-													  : nullptr;
-		if (world.rank() == 0)
-			print_header(o.collective, o.deterministic ? mode + " --deterministic" : mode, world.size(),
-				     registered != nullptr);
-		for (size_t bytes = lo; bytes <= hi; bytes *= static_cast<size_t>(o.factor)) {
-			// Whole elements, and whole blocks for the collectives that split the buffer.
-			const size_t unit = dtype_size(dtype) * std::max(coll.send_divisor, coll.recv_divisor);
-			const size_t count = std::max(bytes / unit, size_t{1}) * unit / dtype_size(dtype);
-			const Case c = make_case(coll, all_reduce.get(), *comm, count, dtype, op);
-			const auto rows = measure(o, world.comm(), world.rank(), device, coll, count, dtype, c, registered);
-			if (world.rank() == 0)
-				print_rows(rows, o.dtype, o.op);
-			if (world.rank() == 0 && bound && registered != nullptr && bytes * static_cast<size_t>(o.factor) > hi)
-				// In place writes land on lines the rank has just read (no fetch for ownership, which
-				// the copy and the out-of-place run pay): the comparison is the out-of-place run's.
-				fmt::print("# {} at {} bytes out of place: busbw {:.2f} GB/s, {:.0f}% of the copy-rate figure "
-					   "{:.2f}\n",
-					   mode, rows[0].bytes, rows[0].busbw, 100 * rows[0].busbw / bound->busbw_gbps,
-					   bound->busbw_gbps);
-			for (const Row& r : rows) {
-				total_wrong += r.wrong;
-				out.push_back({{"collective", o.collective}, {"mode", mode}, {"deterministic", o.deterministic}, {"dtype", o.dtype}, {"op", o.op},
-					       {"ranks", world.size()}, {"bytes", r.bytes}, {"time_us", r.time_us},
-					       {"algbw_gbps", r.algbw}, {"busbw_gbps", r.busbw}, {"wrong", r.wrong},
-					       {"in_place", r.in_place}});
-			}
-		}
-		if (world.rank() == 0)
-			std::fflush(stdout);
-	}
-	if (world.rank() == 0 && !o.json.empty()) {
-		std::ofstream file(o.json);
-		for (const auto& row : out)
-			file << row.dump() << "\n";
-		if (!file)
-			throw Error(fmt::format("could not write {}", o.json));
-	}
+	for (const std::string& mode : modes)
+		if (!skipped(w, mode))
+			sweep_mode(w, mode);
+	if (world.rank() == 0 && !o.json.empty())
+		write_rows(o.json, w.out);
 	if (world.rank() == 0)
-		fmt::print("# {} wrong element(s) in total: {}\n", total_wrong, total_wrong ? "FAILED" : "ok");
-	return total_wrong ? 1 : 0;
+		fmt::print("# {} wrong element(s) in total: {}\n", w.total_wrong, w.total_wrong ? "FAILED" : "ok");
+	return w.total_wrong ? 1 : 0;
 }
 
 } // namespace tower::cli

@@ -42,6 +42,46 @@ std::vector<TensorSpec> model_like_specs()
 	return specs;
 }
 
+// One checked fused run from fresh data: the wrong elements over every rank.
+size_t checked_fused_run(World& world, const Device& device, const BucketPlan& plan, std::vector<Tensor>& storage,
+			 const std::function<void()>& fused)
+{
+	size_t wrong = 0;
+	for (size_t k = 0; k < plan.buckets.size(); ++k) {
+		std::vector<float> host(plan.buckets[k].count());
+		bench_fill(host.data(), host.size(), DType::f32, world.rank(), 0);
+		copy_bytes(storage[k].data(), device, host.data(), Device{}, host.size() * 4);
+	}
+	fused();
+	for (size_t k = 0; k < plan.buckets.size(); ++k) {
+		std::vector<float> host(plan.buckets[k].count());
+		copy_bytes(host.data(), Device{}, storage[k].data(), device, host.size() * 4);
+		wrong += bench_wrong(host.data(), host.size(), DType::f32, ReduceOp::sum, 0,
+				     [&](size_t i) { return bench_expected(world.size(), i, ReduceOp::sum, DType::f32); });
+	}
+	return all_reduce_scalar(world.comm(), wrong, MPI_SUM, "bench totals");
+}
+
+void print_fusion(World& world, const BenchOptions& o, const std::vector<TensorSpec>& specs, AllReduceMode mode,
+		  size_t padded_bytes, size_t buckets, double per_us, double fused_us, size_t wrong)
+{
+	size_t smallest = specs.front().bytes(), largest = 0, raw = 0;
+	for (const TensorSpec& t : specs) {
+		smallest = std::min(smallest, t.bytes());
+		largest = std::max(largest, t.bytes());
+		raw += t.bytes();
+	}
+	fmt::print("# fusion: {} tensors, {} bytes ({:.1f} MiB) of f32 gradients, smallest {} B, largest {} B; "
+		   "mode {}, {} ranks\n", specs.size(), raw, static_cast<double>(raw) / (1 << 20), smallest, largest,
+		   all_reduce_mode_name(mode), world.size());
+	fmt::print("# view mode: gradients live in bucket storage from AllReduce::allocate ({:.1f} MiB padded), so "
+		   "neither run packs or unpacks\n", static_cast<double>(padded_bytes) / (1 << 20));
+	fmt::print("  per tensor   {:>10.1f} us  ({} all-reduces)\n", per_us, specs.size());
+	fmt::print("  fused        {:>10.1f} us  ({} bucket(s) of at most {} MiB)\n", fused_us, buckets, o.fusion_mb);
+	fmt::print("  ratio        {:>10.2f}x   #wrong {}\n", fused_us > 0 ? per_us / fused_us : 0.0, wrong);
+	std::fflush(stdout);
+}
+
 } // namespace
 
 int run_bench_fusion(World& world, const BenchOptions& o)
@@ -67,7 +107,7 @@ int run_bench_fusion(World& world, const BenchOptions& o)
 			for (const Tensor& t : bucket_views)
 				all_reduce->run_in_place(t.data(), static_cast<size_t>(t.numel()), t.dtype(), ReduceOp::sum);
 	};
-	auto fused = [&] {
+	const std::function<void()> fused = [&] {
 		for (size_t k = 0; k < plan.buckets.size(); ++k)
 			all_reduce->run_in_place(storage[k].data(), plan.buckets[k].count(), plan.buckets[k].dtype, ReduceOp::sum);
 	};
@@ -78,39 +118,9 @@ int run_bench_fusion(World& world, const BenchOptions& o)
 	const double per_us = per_call_us(world.comm(), o.iters, per_tensor);
 	const double fused_us = per_call_us(world.comm(), o.iters, fused);
 
-	// One checked fused run from fresh data.
-	size_t wrong = 0;
-	for (size_t k = 0; k < plan.buckets.size(); ++k) {
-		std::vector<float> host(plan.buckets[k].count());
-		bench_fill(host.data(), host.size(), DType::f32, world.rank(), 0);
-		copy_bytes(storage[k].data(), device, host.data(), Device{}, host.size() * 4);
-	}
-	fused();
-	for (size_t k = 0; k < plan.buckets.size(); ++k) {
-		std::vector<float> host(plan.buckets[k].count());
-		copy_bytes(host.data(), Device{}, storage[k].data(), device, host.size() * 4);
-		wrong += bench_wrong(host.data(), host.size(), DType::f32, ReduceOp::sum, 0,
-				     [&](size_t i) { return bench_expected(world.size(), i, ReduceOp::sum, DType::f32); });
-	}
-	wrong = all_reduce_scalar(world.comm(), wrong, MPI_SUM, "bench totals");
-	if (world.rank() == 0) {
-		size_t smallest = specs.front().bytes(), largest = 0, raw = 0;
-		for (const TensorSpec& t : specs) {
-			smallest = std::min(smallest, t.bytes());
-			largest = std::max(largest, t.bytes());
-			raw += t.bytes();
-		}
-		fmt::print("# fusion: {} tensors, {} bytes ({:.1f} MiB) of f32 gradients, smallest {} B, largest {} B; "
-			   "mode {}, {} ranks\n", specs.size(), raw, static_cast<double>(raw) / (1 << 20), smallest, largest,
-			   all_reduce_mode_name(mode), world.size());
-		fmt::print("# view mode: gradients live in bucket storage from AllReduce::allocate ({:.1f} MiB padded), so "
-			   "neither run packs or unpacks\n", static_cast<double>(total) / (1 << 20));
-		fmt::print("  per tensor   {:>10.1f} us  ({} all-reduces)\n", per_us, specs.size());
-		fmt::print("  fused        {:>10.1f} us  ({} bucket(s) of at most {} MiB)\n", fused_us, plan.buckets.size(),
-			   o.fusion_mb);
-		fmt::print("  ratio        {:>10.2f}x   #wrong {}\n", fused_us > 0 ? per_us / fused_us : 0.0, wrong);
-		std::fflush(stdout);
-	}
+	const size_t wrong = checked_fused_run(world, device, plan, storage, fused);
+	if (world.rank() == 0)
+		print_fusion(world, o, specs, mode, total, plan.buckets.size(), per_us, fused_us, wrong);
 	return wrong ? 1 : 0;
 }
 

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <optional>
 
 #include <unistd.h>
 
@@ -134,6 +135,87 @@ Sizing size_after(const GenerationOutcome& o, const ElasticOptions& opt, const S
 	return next;
 }
 
+// The launcher's state across generations.
+struct Launch {
+	const ElasticOptions& opt;
+	std::string scratch; // hostfiles of each generation
+	Sizing sizing;
+	nlohmann::json history = nlohmann::json::array();
+	int64_t steps_lost = 0;
+	std::optional<Clock::time_point> previous_failure;
+};
+
+// mpirun's command line for one generation, said for people first.
+std::vector<std::string> generation_argv(const Launch& l, int generation)
+{
+	const ElasticOptions& opt = l.opt;
+	std::vector<std::string> argv = {opt.mpirun};
+	argv.insert(argv.end(), opt.mpirun_args.begin(), opt.mpirun_args.end());
+	argv.insert(argv.end(), {"-np", std::to_string(l.sizing.size)});
+	if (!opt.hostfile.empty()) {
+		const std::string file = fmt::format("{}/hostfile-{}", l.scratch, generation);
+		write_hostfile(file, l.sizing.hosts);
+		argv.insert(argv.end(), {"--hostfile", file});
+	}
+	argv.push_back(self_path());
+	// A relaunch resumes from the newest checkpoint of its own directory, not from where the
+	// first generation was told to start (a --resume PATH of the command would lose every
+	// step since); with none there yet, the command runs as given.
+	const int64_t checkpoint = latest_checkpoint(opt.checkpoint_dir);
+	const bool relaunch_resumes = generation > 1 && checkpoint >= 0;
+	const std::vector<std::string> command = relaunch_resumes ? without_resume(opt.command) : opt.command;
+	argv.insert(argv.end(), command.begin(), command.end());
+	if (relaunch_resumes)
+		argv.push_back("--resume");
+	say(fmt::format("generation {}: {} rank(s){}{}", generation, l.sizing.size,
+			opt.hostfile.empty() ? std::string() : fmt::format(" on {} host(s)", l.sizing.hosts.size()),
+			generation == 1 ? std::string()
+			: checkpoint >= 0 ? fmt::format(", resuming from the checkpoint of step {}", checkpoint)
+					  : std::string(", from the start (no checkpoint yet)")));
+	return argv;
+}
+
+// The generation's entry in the history; the steps the previous one completed after this one's
+// checkpoint were lost, and the time from its failure to this one's first step is the restart's.
+void record_generation(Launch& l, int generation, const GenerationOutcome& o)
+{
+	nlohmann::json entry = {{"generation", generation}, {"ranks", l.sizing.size}, {"ended", ending(o)},
+				{"status", o.status}, {"start_step", o.start_step}, {"last_step", o.last_step}};
+	if (!l.history.empty() && o.start_step >= 0) {
+		nlohmann::json& prev = l.history.back();
+		const int64_t lost = std::max<int64_t>(0, prev["last_step"].get<int64_t>() - o.start_step);
+		prev["steps_lost"] = lost;
+		l.steps_lost += lost;
+		if (l.previous_failure && o.first_step_at)
+			entry["restart_s"] = std::chrono::duration<double>(*o.first_step_at - *l.previous_failure).count();
+	}
+	l.history.push_back(entry);
+	say(fmt::format("generation {} ended: {}{}", generation, ending(o),
+			entry.contains("restart_s") ? fmt::format(" (its first step came {:.1f} s after the previous failure)",
+								  entry["restart_s"].get<double>())
+						    : std::string()));
+}
+
+// The launcher's exit status when it stops after `o`, or nothing when it relaunches (at the size
+// it has set).
+std::optional<int> stop_or_resize(Launch& l, const GenerationOutcome& o, int restarts)
+{
+	if (o.status == 0 || o.interrupted)
+		return o.interrupted ? 128 + stop_signal.load() : 0;
+	if (const std::string why = why_not_restart(o, l.opt, restarts); !why.empty()) {
+		say(fmt::format("not restarting: {}", why));
+		return o.status == 0 ? 1 : o.status;
+	}
+	const Sizing next = size_after(o, l.opt, l.sizing);
+	if (next.size < l.opt.min_np) {
+		say(fmt::format("not restarting: {} rank(s) left, fewer than --min-np {}", next.size, l.opt.min_np));
+		return o.status;
+	}
+	l.sizing = next;
+	l.previous_failure = o.failure_at;
+	return std::nullopt;
+}
+
 int run_elastic(const ElasticOptions& opt)
 {
 	std::signal(SIGINT, on_stop_signal);
@@ -142,87 +224,31 @@ int run_elastic(const ElasticOptions& opt)
 	const char* scratch = ::mkdtemp(scratch_template);
 	if (scratch == nullptr)
 		throw Error("tower elastic: cannot make a temporary directory in /tmp");
-	Sizing sizing{opt.np, opt.hostfile.empty() ? std::vector<HostSlots>{} : read_hostfile(opt.hostfile)};
-	if (!opt.hostfile.empty() && total_slots(sizing.hosts) < opt.np)
+	Launch l{opt, scratch, {opt.np, opt.hostfile.empty() ? std::vector<HostSlots>{} : read_hostfile(opt.hostfile)},
+		 nlohmann::json::array(), 0, std::nullopt};
+	if (!opt.hostfile.empty() && total_slots(l.sizing.hosts) < opt.np)
 		throw Error(fmt::format("tower elastic -np {}: the hostfile {} has {} slot(s)", opt.np, opt.hostfile,
-					total_slots(sizing.hosts)));
-	nlohmann::json history = nlohmann::json::array();
-	int64_t steps_lost = 0;
-	std::optional<Clock::time_point> previous_failure;
+					total_slots(l.sizing.hosts)));
 	int exit_status = 0;
-	for (int generation = 1, restarts = 0;; ++generation) {
-		std::vector<std::string> argv = {opt.mpirun};
-		argv.insert(argv.end(), opt.mpirun_args.begin(), opt.mpirun_args.end());
-		argv.insert(argv.end(), {"-np", std::to_string(sizing.size)});
-		if (!opt.hostfile.empty()) {
-			const std::string file = fmt::format("{}/hostfile-{}", scratch, generation);
-			write_hostfile(file, sizing.hosts);
-			argv.insert(argv.end(), {"--hostfile", file});
-		}
-		argv.push_back(self_path());
-		// A relaunch resumes from the newest checkpoint of its own directory, not from where the
-		// first generation was told to start (a --resume PATH of the command would lose every
-		// step since); with none there yet, the command runs as given.
-		const int64_t checkpoint = latest_checkpoint(opt.checkpoint_dir);
-		const bool relaunch_resumes = generation > 1 && checkpoint >= 0;
-		const std::vector<std::string> command = relaunch_resumes ? without_resume(opt.command) : opt.command;
-		argv.insert(argv.end(), command.begin(), command.end());
-		if (relaunch_resumes)
-			argv.push_back("--resume");
-		say(fmt::format("generation {}: {} rank(s){}{}", generation, sizing.size,
-				opt.hostfile.empty() ? std::string() : fmt::format(" on {} host(s)", sizing.hosts.size()),
-				generation == 1 ? std::string()
-				: checkpoint >= 0 ? fmt::format(", resuming from the checkpoint of step {}", checkpoint)
-						  : std::string(", from the start (no checkpoint yet)")));
+	for (int generation = 1, restarts = 0;; ++generation, ++restarts) {
+		const std::vector<std::string> argv = generation_argv(l, generation);
 		const std::vector<std::pair<std::string, std::string>> env = {
-			{"TOWER_ELASTIC_GENERATION", std::to_string(generation)},
-			{"TOWER_ELASTIC_HISTORY", history.dump()}};
-		const GenerationOutcome o = run_generation(argv, env, std::chrono::milliseconds(static_cast<int64_t>(
-									    1000 * opt.exit_grace_s)), stop_signal);
-		nlohmann::json entry = {{"generation", generation}, {"ranks", sizing.size}, {"ended", ending(o)},
-					{"status", o.status}, {"start_step", o.start_step}, {"last_step", o.last_step}};
-		if (!history.empty() && o.start_step >= 0) {
-			// The steps the previous generation completed after this one's checkpoint were lost,
-			// and the time from its failure to this one's first step is the restart's.
-			nlohmann::json& prev = history.back();
-			const int64_t lost = std::max<int64_t>(0, prev["last_step"].get<int64_t>() - o.start_step);
-			prev["steps_lost"] = lost;
-			steps_lost += lost;
-			if (previous_failure && o.first_step_at)
-				entry["restart_s"] = std::chrono::duration<double>(*o.first_step_at - *previous_failure).count();
-		}
-		history.push_back(entry);
-		say(fmt::format("generation {} ended: {}{}", generation, ending(o),
-				entry.contains("restart_s")
-					? fmt::format(" (its first step came {:.1f} s after the previous failure)",
-						      entry["restart_s"].get<double>())
-					: std::string()));
-		if (o.status == 0 || o.interrupted) {
-			exit_status = o.interrupted ? 128 + stop_signal.load() : 0;
+			{"TOWER_ELASTIC_GENERATION", std::to_string(generation)}, {"TOWER_ELASTIC_HISTORY", l.history.dump()}};
+		const auto exit_grace = std::chrono::milliseconds(static_cast<int64_t>(1000 * opt.exit_grace_s));
+		const GenerationOutcome o = run_generation(argv, env, exit_grace, stop_signal);
+		record_generation(l, generation, o);
+		if (const std::optional<int> status = stop_or_resize(l, o, restarts)) {
+			exit_status = *status;
 			break;
 		}
-		if (const std::string why = why_not_restart(o, opt, restarts); !why.empty()) {
-			say(fmt::format("not restarting: {}", why));
-			exit_status = o.status == 0 ? 1 : o.status;
-			break;
-		}
-		const Sizing next = size_after(o, opt, sizing);
-		if (next.size < opt.min_np) {
-			say(fmt::format("not restarting: {} rank(s) left, fewer than --min-np {}", next.size, opt.min_np));
-			exit_status = o.status;
-			break;
-		}
-		sizing = next;
-		previous_failure = o.failure_at;
-		++restarts;
 	}
-	const nlohmann::json summary = {{"event", "elastic"}, {"generations", history.size()},
-					{"restarts", history.size() - 1}, {"world_size", sizing.size},
-					{"steps_lost", steps_lost}, {"exit_status", exit_status},
-					{"history", history}};
+	const nlohmann::json summary = {{"event", "elastic"}, {"generations", l.history.size()},
+					{"restarts", l.history.size() - 1}, {"world_size", l.sizing.size},
+					{"steps_lost", l.steps_lost}, {"exit_status", exit_status},
+					{"history", l.history}};
 	say(fmt::format("summary {}", summary.dump()));
 	std::error_code ec;
-	fs::remove_all(scratch, ec);
+	fs::remove_all(l.scratch, ec);
 	return exit_status;
 }
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """The tree's layering holds: each folder includes only the folders below it (base/ none of the
 others; collectives/, optim/, models/ and data/ only base/; runtime/ none of cli/ or frameworks/; frameworks/ none of cli/), the public
-strategy interface includes no strategy's engine, and runtime/ keeps at most a dozen files at its
-top level. Usage: layout_test.py SOURCE_ROOT"""
+strategy interface includes no strategy's engine, runtime/ keeps at most a dozen files at its
+top level, and no function body in runtime/ or cli/ runs past 60 lines (a function's braces stand
+alone at the start of a line in this tree's style). Usage: layout_test.py SOURCE_ROOT"""
 import os
 import re
 import sys
@@ -39,7 +40,27 @@ top = [n for n in os.listdir(os.path.join(root, "runtime")) if os.path.isfile(os
 if len(top) > 12:
     failures.append(f"runtime/ has {len(top)} files at its top level (at most 12): {sorted(top)}")
 
+LONGEST = 60
+for folder in ("runtime", "cli"):
+    for dirpath, _, names in os.walk(os.path.join(root, folder)):
+        for name in sorted(names):
+            if not name.endswith((".h", ".cpp", ".cu")):
+                continue
+            path = os.path.join(dirpath, name)
+            with open(path) as f:
+                lines = f.read().split("\n")
+            opened = None
+            for number, line in enumerate(lines, 1):
+                if line == "{":
+                    opened = number
+                elif line == "}" and opened is not None:
+                    if number - opened - 1 > LONGEST:
+                        failures.append(f"{os.path.relpath(path, root)}:{opened}: a function of {number - opened - 1} "
+                                        f"lines (at most {LONGEST}): split it")
+                    opened = None
+
 if failures:
     print("\n".join(failures))
     sys.exit(1)
-print("layout test: every folder includes only the folders below it")
+print("layout test: every folder includes only the folders below it; no function in runtime/ or cli/ over "
+      f"{LONGEST} lines")
