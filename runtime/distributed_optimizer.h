@@ -12,6 +12,7 @@
 #include "base/tensor/parameter.h"
 #include "optim/loss_scale.h"
 #include "optim/optimizer.h"
+#include "runtime/strategies/detached_run.h"
 #include "runtime/strategies/strategy.h"
 
 namespace tower {
@@ -62,7 +63,8 @@ struct BatchReport {
 class DistributedOptimizer {
 public:
 	// Collective over the topology's world: builds `options.name` over `parameters` (which must
-	// outlive it; their gradients are allocated, and may be rebound into fused buckets). Every
+	// outlive it, with their gradients allocated in the values' shape; those may be rebound into
+	// fused buckets). Every
 	// worker leaves with the same starting values: rank 0's, or each slice's owner's where the
 	// strategy places variables on owners.
 	DistributedOptimizer(const Topology& topology, const Device& device, std::vector<Parameter*> parameters,
@@ -103,7 +105,9 @@ public:
 	void use_averages(bool averaged) { strategy().use_averages(averaged); }
 	uint64_t check_replicas() const { return strategy().check_replicas(); }
 	StrategyFacts facts() const { return strategy().facts(); }
-	DetachedStrategy* detached() { return strategy().detached(); }
+	// Async and sync-replicas: their start() and finish() around the workers' loop
+	// (runtime/strategies/detached_run.h); nullptr under the lock-step strategies.
+	DetachedRun* detached() { return strategy().detached(); }
 
 	// What a checkpoint holds of this optimizer on this rank, named "<name>/..." when it has a
 	// name: the strategy's variables (left to the optimizer it shares them with, if any), then

@@ -55,7 +55,7 @@ public:
 	bool has_averages() const { return optimizer_.has_averages(); }
 	void use_averages(bool averaged) { optimizer_.use_averages(averaged); }
 	const LossScaler& loss_scaler() const { return optimizer_.loss_scaler(); }
-	DetachedStrategy* detached() { return optimizer_.detached(); }
+	DetachedRun* detached() { return optimizer_.detached(); }
 
 private:
 	static Batch classified(const Tensor& images, const Tensor& labels)

@@ -91,7 +91,7 @@ struct StrategyOptions {
 	int replicas_to_aggregate = 0;
 	// async: scale every gradient by 1/workers, the mean a synchronous step would take.
 	bool async_scale = true;
-	// async: scale each gradient down by its staleness as well (runtime/strategies/detached/async_rule.h).
+	// async: scale each gradient down by its staleness as well (runtime/strategies/async/async_rule.h).
 	bool async_staleness_scale = false;
 	// async: the most updates a gradient may arrive late; workers wait for a token to keep it.
 	// -1 (the default): no bound, the seed's async, where no worker ever waits. 1 lets at most two
@@ -125,10 +125,10 @@ struct StrategyFacts {
 	std::string layout;                 // where the variables live, for people; may be empty
 };
 
-class DetachedStrategy;
+class DetachedRun;
 
 // How the gradients a program computes become updates of its parameters: one implementation per
-// way of training (replicated/, parameter_server/, detached/). A strategy sees only parameters
+// way of training (replicated/, parameter_server/, async/ and sync_replicas/ over detached/). A strategy sees only parameters
 // and their gradients; forward, backward and the loss are the program's (DistributedOptimizer
 // is the front most programs use).
 class Strategy {
@@ -136,8 +136,9 @@ public:
 	virtual ~Strategy() = default;
 
 	// Lock-step strategies (nullptr here) take collective step()s the program paces; the
-	// detached ones (async, sync-replicas) run their owners between start() and finish().
-	virtual DetachedStrategy* detached() { return nullptr; }
+	// detached ones (async, sync-replicas) run their owners between start() and finish()
+	// (runtime/strategies/detached_run.h).
+	virtual DetachedRun* detached() { return nullptr; }
 
 	// False on a rank that only serves variables: it joins every collective but has no batch.
 	virtual bool is_worker() const { return true; }

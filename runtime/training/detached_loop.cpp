@@ -10,7 +10,7 @@ namespace tower {
 
 using Clock = SteadyClock;
 
-nlohmann::json Trainer::Run::run_detached(DetachedStrategy& detached)
+nlohmann::json Trainer::Run::run_detached(DetachedRun& detached)
 {
 	if (c_.accumulate != 1)
 		throw AgreedError(fmt::format("--accumulate {}: --strategy {} pushes one gradient per token; drop "
@@ -23,7 +23,7 @@ nlohmann::json Trainer::Run::run_detached(DetachedStrategy& detached)
 	const int64_t first_walk = epoch_ * sampler_.steps_per_epoch() + first_update;
 	if (checkpointer_.saving())
 		checkpointer_.forget_after(step_);
-	const int64_t samples_per_update = c_.batch * detached.rule().gradients_per_update();
+	const int64_t samples_per_update = c_.batch * detached.gradients_per_update();
 	const auto start = Clock::now();
 	DetachedPlan plan;
 	plan.planned_steps = total_steps_;

@@ -9,7 +9,7 @@
 #include "data/sampler.h"
 #include "runtime/evaluate.h"
 #include "runtime/observe/timeline.h"
-#include "runtime/strategies/detached/detached_strategy.h"
+#include "runtime/strategies/detached_run.h"
 #include "runtime/training/trainer.h"
 
 namespace tower {
@@ -61,7 +61,7 @@ private:
 	// runtime/training/detached_loop.cpp: async and sync-replicas. Workers step on their own
 	// until the chief's last token; the owners log the windows; evaluation and the summary
 	// follow at the end.
-	nlohmann::json run_detached(DetachedStrategy& detached);
+	nlohmann::json run_detached(DetachedRun& detached);
 	void log_detached_window(const nlohmann::json& window);
 	// runtime/training/run_summary.cpp: the summary and the final tally.
 	nlohmann::json finish();

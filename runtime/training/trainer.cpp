@@ -69,7 +69,7 @@ Trainer::Run::Run(const Topology& topology, const Device& device, Model& model, 
 nlohmann::json Trainer::Run::run()
 {
 	announce();
-	if (DetachedStrategy* detached = tower_->detached())
+	if (DetachedRun* detached = tower_->detached())
 		return run_detached(*detached);
 	return run_lockstep();
 }

@@ -12,7 +12,7 @@
 #include "models/model_factory.h"
 #include "base/error.h"
 #include "base/mpi/mpi_check.h"
-#include "runtime/strategies/detached/async_rule.h"
+#include "runtime/strategies/async/async_rule.h"
 #include "runtime/strategies/detached/detached_strategy.h"
 #include "runtime/tower.h"
 #include "test/harness/mpi_main.h"

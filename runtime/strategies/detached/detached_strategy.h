@@ -9,22 +9,11 @@
 #include <vector>
 
 #include "runtime/strategies/detached/owner_service.h"
+#include "runtime/strategies/detached_run.h"
 #include "runtime/strategies/owned_variables.h"
 #include "runtime/strategies/strategy.h"
 
 namespace tower {
-
-// How a run drives the owners: the planned lock-step updates (the rule turns them into the
-// updates it applies), their learning rates, and the chief's log windows.
-struct DetachedPlan {
-	int64_t planned_steps = 0;
-	std::function<float(int64_t planned_step)> lr;
-	int64_t log_every = 0;
-	std::function<void(const nlohmann::json& window)> on_window; // called on rank 0's owner thread
-	// Called on every owner's thread right after each update it applies (OwnerSetup::on_applied):
-	// where checkpoints are taken. May be empty.
-	std::function<void(int64_t update, bool last)> on_applied;
-};
 
 // The variables live on owners placed as the parameter-server strategy places them (every rank,
 // or ranks 0..K-1 with --ps-ranks K); rank 0 is the chief, which hands out tokens and keeps the
@@ -33,7 +22,7 @@ struct DetachedPlan {
 // fetch the other owners' values of at least that update, compute, (sleep when injected), push
 // each owner its slice tagged with the update its values came from. Workers are not in
 // lock-step: begin_step() and step() are not collective; start() and finish() bracket the training.
-class DetachedStrategy : public Strategy {
+class DetachedStrategy : public Strategy, public DetachedRun {
 	using Clock = std::chrono::steady_clock;
 
 public:
@@ -43,10 +32,11 @@ public:
 	~DetachedStrategy() override;
 
 	// Starts this rank's owner thread (when it owns variables). Not collective.
-	void start(const DetachedPlan& plan);
+	void start(const DetachedPlan& plan) override;
 	// Collective, after every worker's begin_step() returned false: waits for the owners, brings
 	// the final variables to every worker, and returns the chief's totals and every owner's counters.
-	nlohmann::json finish();
+	nlohmann::json finish() override;
+	int64_t gradients_per_update() const override { return rule_->gradients_per_update(); }
 
 	bool is_worker() const override { return core_.is_worker(); }
 	int worker_index() const override { return core_.worker_index(); }
@@ -65,7 +55,7 @@ public:
 	// (DetachedPlan::on_applied), when it is exactly that update's.
 	std::vector<NamedTensor> variables() override;
 	bool saves_variables() const override { return core_.my_owner() >= 0; }
-	DetachedStrategy* detached() override { return this; }
+	DetachedRun* detached() override { return this; }
 	// Collective, before start(): sends the owners' restored values to every worker.
 	void variables_restored() override { publish(); }
 	uint64_t check_replicas() const override;
@@ -116,8 +106,8 @@ private:
 	std::vector<int64_t> tags_; // per owner, the update of the values the step under way computes on
 };
 
-// Collective: the factories of the two detached strategies (runtime/strategies/detached/async_rule.cpp and
-// runtime/strategies/detached/sync_replicas_rule.cpp).
+// Collective: the factories of the two detached strategies (runtime/strategies/async/async_rule.cpp and
+// runtime/strategies/sync_replicas/sync_replicas_rule.cpp).
 std::unique_ptr<Strategy> make_async_strategy(const Topology& topology, const Device& device,
 					      const ParameterSet& parameters, const OptimizerConfig& optimizer,
 					      const StrategyOptions& options);

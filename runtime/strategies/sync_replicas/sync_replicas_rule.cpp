@@ -1,7 +1,7 @@
 // The sync-replicas strategy's update rule and factory: each update averages the first N
 // gradients computed on the current variables; later ones are dropped as stale, so up to
 // workers - N slow workers are never waited for.
-#include "runtime/strategies/detached/sync_replicas_rule.h"
+#include "runtime/strategies/sync_replicas/sync_replicas_rule.h"
 
 #include <algorithm>
 

@@ -1,6 +1,6 @@
 // The async strategy: its update rule (every gradient is one update, applied as it arrives) and
 // its factory over the detached strategies' mechanics (detached_strategy.h).
-#include "runtime/strategies/detached/async_rule.h"
+#include "runtime/strategies/async/async_rule.h"
 
 #include <algorithm>
 
