@@ -8,6 +8,8 @@
 
 #include <mpi.h>
 
+#include "base/field_spelling.h"
+
 namespace tower {
 
 namespace {
@@ -30,8 +32,8 @@ int world_rank_or_unknown()
 
 void fatal(std::string_view message)
 {
-	std::fprintf(stderr, "[rank %d] %.*s\n", world_rank_or_unknown(), static_cast<int>(message.size()),
-		     message.data());
+	const std::string text = spelled(std::string(message));
+	std::fprintf(stderr, "[rank %d] %s\n", world_rank_or_unknown(), text.c_str());
 	std::fflush(stderr);
 	if (world_rank_or_unknown() >= 0) {
 		// MPI_Abort asks Open MPI's daemons to end the job, and across a network partition that

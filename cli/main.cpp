@@ -3,7 +3,9 @@
 
 #include <CLI/CLI.hpp>
 
+#include "base/field_spelling.h"
 #include "cli/command.h"
+#include "cli/field_options.h"
 #include "cli/option_style.h"
 #include "cli/run_guarded.h"
 #include "tower_config.h"
@@ -14,6 +16,8 @@ int main(int argc, char** argv)
 		     "Run it under mpirun, one rank per GPU (or per CPU tower), e.g.\n"
 		     "  mpirun -np 2 tower info"};
 	app.set_version_flag("--version", TOWER_VERSION);
+	// The library names its options' fields by id; this command line spells `fusion_mb` --fusion-mb.
+	tower::set_field_spelling(tower::cli::flag_of);
 	app.require_subcommand(1);
 
 	const std::vector<tower::cli::Command> commands = {

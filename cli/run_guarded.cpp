@@ -8,6 +8,7 @@
 
 #include "base/error.h"
 #include "base/fatal.h"
+#include "cli/field_options.h"
 
 namespace tower::cli {
 
@@ -23,11 +24,11 @@ int run_guarded(int* argc, char*** argv, const std::function<int(World&)>& body)
 	try {
 		return body(*world);
 	} catch (const AgreedError& e) {
-		std::fprintf(stderr, "[rank %d] error: %s\n", world->rank(), e.what());
+		std::fprintf(stderr, "[rank %d] error: %s\n", world->rank(), in_flags(e.what()).c_str());
 		std::fflush(stderr);
 		return 2;
 	} catch (const std::exception& e) {
-		fatal(fmt::format("error: {}", e.what()));
+		fatal(fmt::format("error: {}", in_flags(e.what())));
 	}
 }
 

@@ -6,6 +6,8 @@
 #include <map>
 #include <random>
 
+#include "cli/train_identity.h"
+#include "runtime/options/run_fields.h"
 #include "cli/command.h"
 #include "models/gpt.h"
 #include "models/model_factory.h"
@@ -60,18 +62,24 @@ std::string step_dir_of(const std::string& path)
 				path));
 }
 
-GptOptions gpt_options_of(const nlohmann::json& identity, const std::string& dir)
+// The model's table read back from the checkpoint's identity (manifests keyed by flag too).
+GptOptions gpt_options_of(const nlohmann::json& saved, const std::string& dir)
 {
-	const std::string model = identity.value("--model", std::string("?"));
-	expect(model == "gpt", "{} is a checkpoint of model '{}'; tower sample reads those of tower train --model gpt",
-		    dir, model);
+	const nlohmann::json identity = read_identity(saved, nlohmann::json::object());
+	ModelConfig m;
+	m.name = "?";
+	for (const Field<ModelConfig>& row : model_fields())
+		if (identity.contains(row.id))
+			row.set(m, identity.at(row.id).get<std::string>());
+	expect(m.name == "gpt", "{} is a checkpoint of model '{}'; tower sample reads those of tower train --model gpt",
+	       dir, m.name);
 	GptOptions o;
-	o.layers = identity.at("--layers").get<int64_t>();
-	o.width = identity.at("--width").get<int64_t>();
-	o.heads = identity.at("--heads").get<int64_t>();
-	o.context = identity.at("--context").get<int64_t>();
-	o.seed = identity.at("--seed").get<uint64_t>();
-	o.precision = parse_precision(identity.at("--precision").get<std::string>());
+	o.layers = m.layers;
+	o.width = m.width;
+	o.heads = m.heads;
+	o.context = m.context;
+	o.seed = m.seed;
+	o.precision = m.precision;
 	return o;
 }
 

@@ -1,89 +1,70 @@
 // What a resumed `tower train` must share with the run that wrote its checkpoint.
 #include "cli/train_identity.h"
 
-#include <fmt/format.h>
+#include "base/error.h"
+#include "runtime/options/field_rules.h"
+#include "runtime/options/run_fields.h"
 
 namespace tower::cli {
 
 namespace {
 
-// The one list of options a resumed run may change: how long it runs, where files are, what it
-// logs, and how the ranks share the work (a checkpoint holds every variable by its place in the
-// whole, so any strategy at any world size can load it). Everything else changes what is
-// computed and must match.
-const char* const may_change_on_resume[] = {
-	"--epochs", "--max-steps", "--data", "--metrics", "--log-every", "--eval-every", "--check-every",
-	"--checkpoint-dir", "--checkpoint-every", "--keep-checkpoints", "--resume", "--device",
-	"--strategy", "--ps-ranks", "--allreduce", "--fusion-mb", "--overlap", "--shard-update",
-	"--ranks-per-node", "--deterministic",
-};
-
-// A float as the shortest decimal that reads back as it, so differences print as typed.
-nlohmann::json number(float v)
+// "--loss-scale-init" -> "loss_scale_init".
+std::string id_of_flag(const std::string& flag)
 {
-	return nlohmann::json::parse(fmt::format("{}", v));
+	std::string id = flag.substr(2);
+	for (char& ch : id)
+		if (ch == '-')
+			ch = '_';
+	return id;
 }
 
-template <typename T> nlohmann::json optional_json(const std::optional<T>& v)
+// A value as a row writes it: read by the row and written again.
+template <typename Config> std::optional<std::string> canonical(const std::vector<Field<Config>>& table,
+								 const std::string& id, const std::string& text)
 {
-	return v ? nlohmann::json(*v) : nlohmann::json();
+	const Field<Config>* f = find_field(table, id);
+	if (f == nullptr)
+		return std::nullopt;
+	Config c;
+	try {
+		f->set(c, text);
+	} catch (const Error&) {
+		return text; // compared as it is, and reported if it differs
+	}
+	return f->get(c);
 }
 
 } // namespace
 
-nlohmann::json run_identity(const TrainConfig& c)
+nlohmann::json run_identity(const ModelConfig& model, const TrainerConfig& trainer)
 {
-	nlohmann::json j = {
-		{"--model", c.model.name},
-		{"--hidden", c.model.hidden},
-		{"--depth", c.model.depth},
-		{"--seed", c.model.seed},
-		{"--data", c.data_dir},
-		{"--optimizer", c.optimizer.name},
-		{"--momentum", number(c.optimizer.momentum)},
-		{"--nesterov", c.optimizer.nesterov},
-		{"--weight-decay", number(c.optimizer.weight_decay)},
-		{"--lr", number(c.schedule.base_lr)},
-		{"--schedule", c.schedule.name},
-		{"--warmup-steps", c.schedule.warmup_steps},
-		{"--step-size", c.schedule.step_size},
-		{"--gamma", number(c.schedule.gamma)},
-		{"--epochs", c.epochs},
-		{"--batch", c.batch},
-		{"--max-steps", c.max_steps},
-		{"--allreduce", c.allreduce},
-		{"--reduce", c.reduce},
-		{"--groups", c.groups},
-		{"--fusion-mb", c.fusion_mb},
-		{"--overlap", c.overlap},
-		{"--shard-update", c.shard_update},
-		{"--device", c.device},
-		{"--ranks-per-node", optional_json(c.ranks_per_node)},
-		{"--metrics", c.metrics_path},
-		{"--check-every", c.check_every},
-		{"--log-every", c.log_every},
-		{"--eval-every", c.eval_every},
-		{"--precision", c.precision},
-		{"--compress", c.compress},
-		{"--loss-scale", c.loss_scale},
-		{"--loss-scale-init", c.loss_scale_init},
-		{"--loss-scale-inc", c.loss_scale_inc},
-		{"--loss-scale-dec", c.loss_scale_dec},
-		{"--accumulate", c.accumulate},
-		{"--inject-nonfinite", c.inject_nonfinite},
-		{"--strategy", c.strategy},
-		{"--ps-ranks", c.ps_ranks},
-		{"--ema-decay", optional_json(c.ema_decay)},
-		{"--deterministic", c.deterministic},
-	};
-	for (const char* name : may_change_on_resume)
-		j.erase(name);
-	if (c.model.name == "gpt") // only then, so the classifiers' checkpoints keep their identity
-		j.update({{"--layers", c.model.layers},
-			  {"--width", c.model.width},
-			  {"--heads", c.model.heads},
-			  {"--context", c.model.context}});
+	nlohmann::json j = nlohmann::json::object();
+	add_identity(j, model_fields(), model);
+	add_identity(j, trainer_fields(), trainer);
 	return j;
+}
+
+nlohmann::json read_identity(const nlohmann::json& saved, const nlohmann::json& now)
+{
+	bool by_flag = false;
+	for (const auto& [key, value] : saved.items())
+		by_flag = by_flag || key.starts_with("--");
+	if (!by_flag)
+		return saved;
+	nlohmann::json out = nlohmann::json::object();
+	for (const auto& [key, value] : saved.items()) {
+		const std::string id = id_of_flag(key);
+		const std::string text = value.is_string() ? value.get<std::string>() : value.is_null() ? "none" : value.dump();
+		auto c = canonical(model_fields(), id, text);
+		if (!c)
+			c = canonical(trainer_fields(), id, text);
+		out[id] = c.value_or(text);
+	}
+	for (const auto& [key, value] : now.items())
+		if (!out.contains(key))
+			out[key] = value;
+	return out;
 }
 
 } // namespace tower::cli

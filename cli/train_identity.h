@@ -3,12 +3,19 @@
 
 #include <nlohmann/json.hpp>
 
-#include "cli/train_config.h"
+#include "models/model_factory.h"
+#include "runtime/training/trainer.h"
 
 namespace tower::cli {
 
-// The options as JSON keyed by flag name, less those a resumed run may change (listed in
-// train_identity.cpp and docs/checkpoints.md). Checkpoints store it; resume compares it.
-nlohmann::json run_identity(const TrainConfig& c);
+// The fields of the model's and the trainer's tables that may not change on resume, by id, as
+// text (docs/checkpoints.md lists those that may). Checkpoints store it; resume compares it.
+nlohmann::json run_identity(const ModelConfig& model, const TrainerConfig& trainer);
+
+// A checkpoint's saved identity in the form run_identity() gives. Manifests written before the
+// option tables keyed it by tower train's flags ("--lr") with values as typed: those are read by
+// the rows (so "dynamic:log2" meets "dynamic"), and the fields they did not hold are taken from
+// `now` (they were not compared then).
+nlohmann::json read_identity(const nlohmann::json& saved, const nlohmann::json& now);
 
 } // namespace tower::cli

@@ -65,11 +65,10 @@ std::string why_hierarchical_cannot_run(const ReplicaGroup& group, const Device&
 {
 	if (!group.uniform_nodes && device.is_cuda())
 		return "hierarchical all-reduce on GPUs needs the same number of the group's ranks on every node; "
-		       "choose groups that span nodes evenly, or the ring mode (tower train --allreduce ring, tower "
-		       "bench --mode ring)";
+		       "choose groups that span nodes evenly, or the ring mode (`allreduce` ring)";
 	if (!device.is_cuda() && !group.node_shares_memory)
 		return "hierarchical all-reduce on the CPU needs each node's ranks to share memory, but a simulated "
-		       "node spans hosts; choose --ranks-per-node that divides the ranks per host";
+		       "node spans hosts; choose `ranks_per_node` that divides the ranks per host";
 	return {};
 }
 
@@ -96,8 +95,8 @@ std::unique_ptr<AllReduce> make_all_reduce(const Topology& topology, const Devic
 	const ReplicaGroup group = make_replica_group(topology, groups);
 	if (options.deterministic) {
 		if (device.is_cuda())
-			throw AgreedError("--deterministic sums on the host in rank order and does not take CUDA buffers; "
-					  "drop --deterministic, or train on the CPU (--device cpu)");
+			throw AgreedError("`deterministic` sums on the host in rank order and does not take CUDA buffers; "
+					  "drop `deterministic`, or train on the CPU (`device` cpu)");
 		return std::make_unique<OrderedAllReduce>(group.group.get(), mode, options);
 	}
 	switch (mode) {

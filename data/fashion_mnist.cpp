@@ -75,7 +75,7 @@ Dataset load_fashion_mnist_agreed(MPI_Comm comm, const std::string& dir, Split s
 	try {
 		d = load_fashion_mnist(dir, split);
 	} catch (const Error& e) {
-		problem = fmt::format("{}; point --data at a directory holding the four Fashion-MNIST *-ubyte.gz "
+		problem = fmt::format("{}; point `data` at a directory holding the four Fashion-MNIST *-ubyte.gz "
 				      "files (the Debian package dataset-fashion-mnist puts them in {})",
 				      e.what(), default_fashion_mnist_dir());
 	}

@@ -111,11 +111,11 @@ std::unique_ptr<GptModel> make_gpt(const GptOptions& o, const Device& device)
 		if (!ok)
 			throw AgreedError(what);
 	};
-	expect(o.layers >= 1, fmt::format("--layers {} must be at least 1", o.layers));
-	expect(o.width >= 1, fmt::format("--width {} must be at least 1", o.width));
+	expect(o.layers >= 1, fmt::format("`layers` {} must be at least 1", o.layers));
+	expect(o.width >= 1, fmt::format("`width` {} must be at least 1", o.width));
 	expect(o.heads >= 1 && o.width % o.heads == 0,
-	       fmt::format("--heads {} must divide --width {} (each head is width / heads wide)", o.heads, o.width));
-	expect(o.context >= 1, fmt::format("--context {} must be at least 1", o.context));
+	       fmt::format("`heads` {} must divide `width` {} (each head is width / heads wide)", o.heads, o.width));
+	expect(o.context >= 1, fmt::format("`context` {} must be at least 1", o.context));
 	expect(o.vocab >= 1, fmt::format("a vocabulary of {} tokens is empty", o.vocab));
 	return std::make_unique<GptModel>(o, device);
 }

@@ -21,7 +21,7 @@ float parse_static_value(std::string_view text)
 	const char* end = text.data() + text.size();
 	const auto [ptr, ec] = std::from_chars(text.data(), end, value);
 	if (ec != std::errc() || ptr != end || !std::isfinite(value) || value <= 0.0f)
-		throw AgreedError(fmt::format("--loss-scale static:{} needs a positive finite number; {}", text,
+		throw AgreedError(fmt::format("`loss_scale` static:{} needs a positive finite number; {}", text,
 					      valid_forms));
 	return value;
 }
@@ -44,7 +44,7 @@ LossScaleOptions parse_loss_scale(std::string_view text, const LossScaleOptions&
 		o.mode = LossScaleMode::fixed;
 		o.fixed_scale = parse_static_value(text.substr(static_prefix.size()));
 	} else {
-		throw AgreedError(fmt::format("unknown --loss-scale '{}'; {}", text, valid_forms));
+		throw AgreedError(fmt::format("unknown `loss_scale` '{}'; {}", text, valid_forms));
 	}
 	return o;
 }

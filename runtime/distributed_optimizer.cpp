@@ -3,6 +3,8 @@
 
 #include "base/error.h"
 #include "collectives/broadcast_named.h"
+#include "runtime/options/field_rules.h"
+#include "runtime/options/run_fields.h"
 #include "runtime/safety/run_fingerprint.h"
 
 namespace tower {
@@ -37,8 +39,8 @@ DistributedOptimizer::DistributedOptimizer(const Topology& topology, const Devic
 	if (settings_.check_agreement) {
 		RunFingerprint f;
 		f.add("optimizer name", settings_.name);
-		describe(f, options);
-		describe(f, optimizer);
+		describe_fields(f, strategy_fields(), options);
+		describe_fields(f, optimizer_fields(), optimizer);
 		// The parameters are compared by the strategy, which names the first that differs.
 		f.add("compute type", dtype_name(settings_.compute_type));
 		describe_build(f);
@@ -108,7 +110,7 @@ BackwardPass DistributedOptimizer::backward_pass(bool last)
 	if (phase_ == Phase::idle) {
 		// The detached strategies' workers compute on values fetched for a token.
 		TOWER_CHECK(strategy().detached() == nullptr, "optimizer '{}': call begin_step() before the step's first "
-			    "forward: --strategy {} fetches the values the forward must use", name(), facts().name);
+			    "forward: `strategy` {} fetches the values the forward must use", name(), facts().name);
 		enter_step();
 		phase_ = Phase::begun;
 		passes_ = 0;

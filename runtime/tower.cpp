@@ -48,7 +48,7 @@ ForwardResult Tower::accumulate(const Batch& batch)
 
 StepStats Tower::step(const Batch& batch, float lr)
 {
-	TOWER_CHECK(detached() == nullptr, "Tower::step() is for the lock-step strategies; --strategy {} trains with "
+	TOWER_CHECK(detached() == nullptr, "Tower::step() is for the lock-step strategies; `strategy` {} trains with "
 		    "work() between start() and finish()", facts().name);
 	if (!is_worker())
 		return optimizer_.step(lr);

@@ -2,8 +2,10 @@
 """The tree's layering holds: each folder includes only the folders below it (base/ none of the
 others; collectives/, optim/, models/ and data/ only base/; runtime/ none of cli/ or frameworks/; frameworks/ none of cli/), the public
 strategy interface includes no strategy's engine, runtime/ keeps at most a dozen files at its
-top level, and no function body in runtime/ or cli/ runs past 60 lines (a function's braces stand
-alone at the start of a line in this tree's style). Usage: layout_test.py SOURCE_ROOT"""
+top level, no function body in runtime/ or cli/ runs past 60 lines (a function's braces stand
+alone at the start of a line in this tree's style), and no string below cli/ names a command-line
+flag: the library names its fields by id (`fusion_mb`), which each front end spells its own way.
+Usage: layout_test.py SOURCE_ROOT"""
 import os
 import re
 import sys
@@ -59,8 +61,27 @@ for folder in ("runtime", "cli"):
                                         f"lines (at most {LONGEST}): split it")
                     opened = None
 
+# Flags of other programs a message may tell a person to use.
+FOREIGN_FLAGS = {"--gpus-per-task"}
+literal = re.compile(r'"(?:[^"\\\n]|\\.)*"')
+flag = re.compile(r"--[a-z][a-z-]*[a-z]")
+for folder in ("base", "collectives", "optim", "models", "data", "runtime", "frameworks"):
+    for dirpath, _, names in os.walk(os.path.join(root, folder)):
+        for name in sorted(names):
+            if not name.endswith((".h", ".cpp", ".cu")):
+                continue
+            path = os.path.join(dirpath, name)
+            with open(path) as f:
+                for number, line in enumerate(f, 1):
+                    if line.lstrip().startswith("//"):
+                        continue
+                    for text in literal.findall(line):
+                        for found in set(flag.findall(text)) - FOREIGN_FLAGS:
+                            failures.append(f"{os.path.relpath(path, root)}:{number}: names the flag {found}; name the "
+                                            f"field as `{found[2:].replace('-', '_')}`")
+
 if failures:
     print("\n".join(failures))
     sys.exit(1)
 print("layout test: every folder includes only the folders below it; no function in runtime/ or cli/ over "
-      f"{LONGEST} lines")
+      f"{LONGEST} lines; no flag named below cli/")

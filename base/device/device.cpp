@@ -41,7 +41,7 @@ std::string device_problem(const GpuRuntimeInfo& gpus, DevicePreference preferen
 {
 	if (preference != DevicePreference::cuda || gpus.device_count > 0)
 		return {};
-	return fmt::format("CUDA was asked for but no GPU is usable ({}); use --device cpu", gpus.why_none);
+	return fmt::format("CUDA was asked for but no GPU is usable ({}); use `device` cpu", gpus.why_none);
 }
 
 // Every rank's "host<TAB>physical GPU" (empty GPU for the CPU), so each can see who else drives its GPU.
@@ -79,7 +79,7 @@ std::string shared_gpu_problem(const Topology& topology, const GpuRuntimeInfo& g
 		return {};
 	return fmt::format("this host runs {} ranks but sees only {} GPU(s) per rank, and rank(s) {} got the same "
 			   "GPU ({}); start at most {} ranks per host, give each rank GPUs of its own "
-			   "(CUDA_VISIBLE_DEVICES, Slurm --gpus-per-task), or use --device cpu",
+			   "(CUDA_VISIBLE_DEVICES, Slurm --gpus-per-task), or use `device` cpu",
 			   topology.host_local_size(), gpus.device_count, fmt::join(sharing, ", "), mine,
 			   gpus.device_count);
 }

@@ -14,11 +14,11 @@ namespace tower {
 // rank's problem ("rank 2: ..."), so no rank goes on into a collective the others left.
 void agree(MPI_Comm comm, const std::string& problem);
 
-// A named value every rank must hold alike: {"--lr", "0.05"}.
+// A named value every rank must hold alike: {"`lr`", "0.05"}.
 using AgreedField = std::pair<std::string, std::string>;
 
 // Collective over `comm`: compares every rank's fields by name. When any differs (or is missing
-// on some rank), every rank throws tower::AgreedError "<what>: --lr is 0.05 on ranks 0, 2 and
+// on some rank), every rank throws tower::AgreedError "<what>: `lr` is 0.05 on ranks 0, 2 and
 // 0.01 on rank 1; ..." naming every differing field, ranks with the same value together. The
 // exchange has the same shape whatever the fields hold, so it cannot hang on a difference.
 void agree_on_fields(MPI_Comm comm, const std::vector<AgreedField>& fields, const std::string& what);

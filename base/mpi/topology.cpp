@@ -73,7 +73,7 @@ Topology::Topology(MPI_Comm world, std::optional<int> ranks_per_node) : world_(w
 		const int k = *ranks_per_node;
 		if (k <= 0 || size_ % k != 0)
 			throw AgreedError(fmt::format(
-				"--ranks-per-node {} does not divide the {} ranks of this job into equal nodes; "
+				"`ranks_per_node` {} does not divide the {} ranks of this job into equal nodes; "
 				"choose a divisor of {}",
 				k, size_, size_));
 		simulated_ = true;

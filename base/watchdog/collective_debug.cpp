@@ -127,7 +127,7 @@ std::vector<Fingerprint> exchange(MPI_Comm comm, int rank, int size, const Finge
 {
 	std::vector<Fingerprint> all(static_cast<size_t>(size));
 	std::vector<MPI_Request> requests;
-	const WaitSite site{"collective check (--debug-collectives)", comm};
+	const WaitSite site{"collective check (`debug_collectives`)", comm};
 	if (rank == 0) {
 		all[0] = mine;
 		for (int r = 1; r < size; ++r) {
@@ -192,7 +192,7 @@ void check_collective(MPI_Comm comm, const CollectiveCall& call)
 	for (const auto& [f, ranks] : kinds)
 		parts.push_back(fmt::format("{} {} call{} {}", ranks.size() == 1 ? "rank" : "ranks", fmt::join(ranks, ", "),
 					    ranks.size() == 1 ? "s" : "", describe(f)));
-	throw AgreedError(fmt::format("collective mismatch (--debug-collectives): {}; every rank of a group must call the "
+	throw AgreedError(fmt::format("collective mismatch (`debug_collectives`): {}; every rank of a group must call the "
 				      "same collectives in the same order",
 				      fmt::join(parts, "; ")));
 }

@@ -13,6 +13,7 @@
 #include "base/watchdog/arrival_table.h"
 #include "base/error.h"
 #include "base/fatal.h"
+#include "base/field_spelling.h"
 #include "base/mpi/mpi_check.h"
 #include "base/clock.h"
 
@@ -162,11 +163,11 @@ WaitContext::~WaitContext()
 void set_stall_limits(const StallLimits& limits)
 {
 	if (limits.warn_s < 0 || limits.abort_s < 0)
-		throw AgreedError(fmt::format("--stall-warn {} / --stall-abort {}: stall limits are seconds, 0 or more",
+		throw AgreedError(fmt::format("`stall_warn` {} / `stall_abort` {}: stall limits are seconds, 0 or more",
 					      limits.warn_s, limits.abort_s));
 	if (limits.abort_s > 0 && limits.warn_s > limits.abort_s)
-		throw AgreedError(fmt::format("--stall-warn {} comes after --stall-abort {}: warn first, or use "
-					      "--stall-abort 0 to never abort", limits.warn_s, limits.abort_s));
+		throw AgreedError(fmt::format("`stall_warn` {} comes after `stall_abort` {}: warn first, or use "
+					      "`stall_abort` 0 to never abort", limits.warn_s, limits.abort_s));
 	warn_limit = limits.warn_s;
 	abort_limit = limits.abort_s;
 }
@@ -239,11 +240,11 @@ void watched_loop(const std::function<bool()>& done, const WaitSite& site, const
 		if (!warned && limits.warn_s > 0 && waited >= limits.warn_s) {
 			warned = true;
 			const std::string report = describe_stall(site, waited, missing);
-			std::fprintf(stderr, "[rank %d] warning: %s\n", world_rank_or_unknown(), report.c_str());
+			std::fprintf(stderr, "[rank %d] warning: %s\n", world_rank_or_unknown(), spelled(report).c_str());
 			std::fflush(stderr);
 		}
 		if (limits.abort_s > 0 && waited >= limits.abort_s)
-			fatal(fmt::format("error: {}; aborting the job after --stall-abort {} s (0 never aborts)",
+			fatal(fmt::format("error: {}; aborting the job after `stall_abort` {} s (0 never aborts)",
 					  describe_stall(site, waited, missing), limits.abort_s));
 		back_off(waited, policy);
 	}

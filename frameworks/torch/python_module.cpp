@@ -8,6 +8,8 @@
 #include <torch/extension.h>
 
 #include "base/error.h"
+#include "base/field_spelling.h"
+#include "runtime/options/run_fields.h"
 #include "base/watchdog/watched_wait.h"
 #include "collectives/all_reduce.h"
 #include "frameworks/torch/gradient_reducer.h"
@@ -37,25 +39,27 @@ struct ReducerArguments {
 	std::string problem; // what the Python side found wrong on this rank
 };
 
+// A keyword's value through its row of the strategy's table (runtime/options/run_fields.h): the
+// keyword is the field's id, and the row's error names it.
+void set_field(StrategyOptions& s, const std::string& id, const std::string& text)
+{
+	find_field(strategy_fields(), id)->set(s, text);
+}
+
 ReducerOptions reducer_options(const ReducerArguments& a)
 {
 	ReducerOptions o;
 	o.name = a.name;
-	o.strategy.name = a.strategy;
-	o.strategy.gradients.reduce = parse_reduce_op(a.op);
-	if (a.compression == "fp16")
-		o.strategy.gradients.compress = DType::f16;
-	else if (a.compression == "bf16")
-		o.strategy.gradients.compress = DType::bf16;
-	else if (a.compression != "none")
-		throw AgreedError(fmt::format("compression '{}': use none, fp16 or bf16", a.compression));
+	set_field(o.strategy, "strategy", a.strategy);
+	set_field(o.strategy, "reduce", a.op);
+	set_field(o.strategy, "compress", a.compression); // Horovod's compression=
 	ReplicatedOptions& r = o.strategy.replicated;
 	r.groups = a.groups;
-	r.mode = a.allreduce == "auto" ? automatic_all_reduce_mode(topology(), Device{}, a.groups)
-				       : parse_all_reduce_mode(a.allreduce);
-	if (a.fusion_mb < 0)
-		throw AgreedError(fmt::format("fusion_mb {} is negative; 0 gives one bucket per parameter", a.fusion_mb));
-	r.fusion_mb = a.fusion_mb;
+	if (a.allreduce == "auto")
+		r.mode = automatic_all_reduce_mode(topology(), Device{}, a.groups);
+	else
+		set_field(o.strategy, "allreduce", a.allreduce);
+	set_field(o.strategy, "fusion_mb", fmt::format("{}", a.fusion_mb));
 	r.overlap = a.overlap;
 	o.backward_passes_per_step = a.backward_passes_per_step;
 	o.agreed = a.agreed;
@@ -149,10 +153,15 @@ PYBIND11_MODULE(_core, m)
 			if (p)
 				std::rethrow_exception(p);
 		} catch (const AgreedError& e) {
-			PyErr_SetString(agreed.ptr(), e.what());
+			PyErr_SetString(agreed.ptr(), spelled(e.what()).c_str());
 		} catch (const Error& e) {
-			PyErr_SetString(error.ptr(), e.what());
+			PyErr_SetString(error.ptr(), spelled(e.what()).c_str());
 		}
+	});
+	// The library names fields by id; a Python program passes them as keywords: fusion_mb=. The
+	// watchdog's limits are init()'s stall_warn_s= and stall_abort_s=.
+	set_field_spelling([](const std::string& id) {
+		return id == "stall_warn" || id == "stall_abort" ? id + "_s=" : id + "=";
 	});
 
 	m.def("init", &init);

@@ -66,8 +66,10 @@ TrainingPosition position_from(const nlohmann::json& j)
 std::vector<std::string> identity_differences(const nlohmann::json& saved, const nlohmann::json& now)
 {
 	std::vector<std::string> out;
+	// Strings as they are (the option tables' text), the rest as JSON; the key is a field id.
 	auto value = [](const nlohmann::json& j, const std::string& key) {
-		return j.contains(key) ? j.at(key).dump() : std::string("(absent)");
+		return !j.contains(key) ? std::string("(absent)")
+		     : j.at(key).is_string() ? j.at(key).get<std::string>() : j.at(key).dump();
 	};
 	std::map<std::string, bool> keys;
 	for (const auto& [k, v] : saved.items())
@@ -76,7 +78,7 @@ std::vector<std::string> identity_differences(const nlohmann::json& saved, const
 		keys[k] = true;
 	for (const auto& [k, present] : keys)
 		if (!saved.contains(k) || !now.contains(k) || saved.at(k) != now.at(k))
-			out.push_back(fmt::format("{}: {} in the checkpoint, {} now", k, value(saved, k), value(now, k)));
+			out.push_back(fmt::format("`{}`: {} in the checkpoint, {} now", k, value(saved, k), value(now, k)));
 	return out;
 }
 
@@ -131,7 +133,7 @@ Checkpointer::Checkpointer(const Topology& topology, const CheckpointConfig& con
 	  say_(std::move(say)), comm_(duplicate_comm(topology.world()))
 {
 	if (config_.keep < 1)
-		throw AgreedError(fmt::format("--keep-checkpoints {}: keep at least 1", config_.keep));
+		throw AgreedError(fmt::format("`keep_checkpoints` {}: keep at least 1", config_.keep));
 	std::set<std::string> names;
 	for (const DistributedOptimizer* o : optimizers_)
 		if (optimizers_.size() > 1 && (o->name().empty() || !names.insert(o->name()).second))
@@ -139,10 +141,10 @@ Checkpointer::Checkpointer(const Topology& topology, const CheckpointConfig& con
 						      "empty or repeated): their variables are saved under it",
 						      optimizers_.size(), o->name()));
 	if (config_.every < 0)
-		throw AgreedError(fmt::format("--checkpoint-every {}: give a number of steps, or 0 for the end only",
+		throw AgreedError(fmt::format("`checkpoint_every` {}: give a number of steps, or 0 for the end only",
 					      config_.every));
 	if (config_.resume && config_.dir.empty() && config_.resume_path.empty())
-		throw AgreedError("--resume needs --checkpoint-dir DIR (or --resume PATH): where are the checkpoints?");
+		throw AgreedError("`resume` needs `checkpoint_dir` DIR (or `resume` PATH): where are the checkpoints?");
 	check_directory_shared();
 	// Who saves, for rank 0's manifest of the detached strategies' snapshots.
 	const int saves = saves_variables() ? 1 : 0;
@@ -179,7 +181,7 @@ void Checkpointer::check_directory_shared() const
 	broadcast_string(topology_.world(), probe, 0, "checkpoint: the shared-directory probe");
 	problem.clear();
 	if (saves_variables() && !fs::exists(probe))
-		problem = fmt::format("--checkpoint-dir {}: rank 0's file {} is not visible here, so this directory is not "
+		problem = fmt::format("`checkpoint_dir` {}: rank 0's file {} is not visible here, so this directory is not "
 				      "shared with rank 0's host; the {} strategy writes a file per saving rank into one "
 				      "step directory: give a directory every host shares (a network file system)",
 				      config_.dir, probe, strategy_name_);
@@ -412,7 +414,7 @@ std::string Checkpointer::choose(std::string* manifest_text) const
 	const std::string where = config_.resume_path.empty() ? config_.dir : config_.resume_path;
 	const auto list = candidates();
 	if (list.empty())
-		throw Error(fmt::format("--resume: no checkpoint in {}", where));
+		throw Error(fmt::format("`resume`: no checkpoint in {}", where));
 	for (size_t i = 0; i < list.size(); ++i) {
 		try {
 			*manifest_text = verify_checkpoint(list[i]).dump();
@@ -422,7 +424,7 @@ std::string Checkpointer::choose(std::string* manifest_text) const
 					 i + 1 < list.size() ? "trying the previous one" : "no older one is left"));
 		}
 	}
-	throw Error(fmt::format("--resume: none of the {} checkpoint(s) in {} is valid (see the warnings above)",
+	throw Error(fmt::format("`resume`: none of the {} checkpoint(s) in {} is valid (see the warnings above)",
 				list.size(), where));
 }
 
@@ -503,9 +505,11 @@ std::optional<TrainingPosition> Checkpointer::restore(int64_t samples_per_update
 	broadcast_string(world, manifest_text, 0, "checkpoint: broadcast of a listing");
 	const nlohmann::json manifest = nlohmann::json::parse(manifest_text);
 
-	const auto differences = identity_differences(manifest.at("identity"), config_.identity);
+	const nlohmann::json saved_identity = config_.read_identity ? config_.read_identity(manifest.at("identity"), config_.identity)
+								    : manifest.at("identity");
+	const auto differences = identity_differences(saved_identity, config_.identity);
 	if (!differences.empty())
-		throw AgreedError(fmt::format("--resume {}: the options differ from the checkpoint's ({}); run with the "
+		throw AgreedError(fmt::format("`resume` {}: the options differ from the checkpoint's ({}); run with the "
 					      "checkpoint's options (only those listed in docs/checkpoints.md may change)",
 					      step_dir, fmt::join(differences, "; ")));
 	const std::string saved_strategy = manifest.at("strategy").get<std::string>();

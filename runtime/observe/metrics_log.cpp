@@ -14,7 +14,7 @@ MetricsLog::MetricsLog(const std::string& path) : path_(path)
 	const std::string partial = path + ".partial";
 	file_ = std::fopen(partial.c_str(), "w");
 	if (!file_)
-		throw Error(fmt::format("cannot write metrics file '{}': {}; choose a writable --metrics path",
+		throw Error(fmt::format("cannot write metrics file '{}': {}; choose a writable `metrics` path",
 					partial, std::strerror(errno)));
 }
 

@@ -2,6 +2,7 @@
 #include "runtime/observe/run_report.h"
 
 #include "base/error.h"
+#include "base/field_spelling.h"
 #include "base/mpi/agree.h"
 
 namespace tower {
@@ -45,7 +46,7 @@ void RunReport::progressed(const ProgressState& state)
 
 void RunReport::said(const std::string& line)
 {
-	progress_.say(line);
+	progress_.say(spelled(line));
 }
 
 void RunReport::recorded(const nlohmann::json& line)

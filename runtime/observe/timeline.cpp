@@ -250,7 +250,7 @@ void start(MPI_Comm comm, const std::string& path)
 			r.rank = rank;
 			r.file = std::fopen(r.part_path.c_str(), "w");
 			if (!r.file)
-				problem = fmt::format("cannot write timeline part '{}': {}; choose a writable --timeline path",
+				problem = fmt::format("cannot write timeline part '{}': {}; choose a writable `timeline` path",
 						      r.part_path, std::strerror(errno));
 		}
 	}

@@ -16,7 +16,7 @@ namespace {
 void check_server_count(int ps_ranks, int world_size)
 {
 	if (ps_ranks < 0 || (ps_ranks > 0 && ps_ranks >= world_size))
-		throw AgreedError(fmt::format("--ps-ranks {}: dedicated server ranks must leave at least one worker "
+		throw AgreedError(fmt::format("`ps_ranks` {}: dedicated server ranks must leave at least one worker "
 					      "among the {} rank(s) of this job; use 0 to place the variables on every "
 					      "rank, or 1..{} servers with more ranks",
 					      ps_ranks, world_size, std::max(world_size - 1, 0)));

@@ -16,19 +16,39 @@ std::vector<std::string> strategy_names()
 	return {"replicated", "parameter-server", "async", "sync-replicas"};
 }
 
+namespace {
+
+// The test hooks name ranks of this job.
+void check_injections(const StrategyOptions& options, int world_size)
+{
+	const GradientOptions& g = options.gradients;
+	if (g.inject_nonfinite_step >= 0 && (g.inject_nonfinite_rank < 0 || g.inject_nonfinite_rank >= world_size))
+		throw AgreedError(fmt::format("`inject_nonfinite` '{}:{}': rank {} is outside this job's ranks 0..{}; write "
+					      "STEP[:RANK] with STEP >= 1 and RANK one of this job's ranks",
+					      g.inject_nonfinite_step + 1, g.inject_nonfinite_rank, g.inject_nonfinite_rank,
+					      world_size - 1));
+	if (options.inject_delay_rank >= world_size)
+		throw AgreedError(fmt::format("`inject_delay` '{}:{}': rank {} is outside this job's ranks 0..{}",
+					      options.inject_delay_rank, options.inject_delay_ms, options.inject_delay_rank,
+					      world_size - 1));
+}
+
+} // namespace
+
 std::unique_ptr<Strategy> make_strategy(const Topology& topology, const Device& device, const ParameterSet& parameters,
 					const OptimizerConfig& optimizer, const StrategyOptions& options)
 {
+	check_injections(options, topology.size());
 	if (options.ema_decay)
 		VariableAverages::check_decay(*options.ema_decay);
 	if (options.name == "replicated") {
 		if (options.ps_ranks != 0)
-			throw AgreedError(fmt::format("--ps-ranks {}: server ranks belong to the parameter-server strategy; "
-						      "add --strategy parameter-server or drop --ps-ranks", options.ps_ranks));
+			throw AgreedError(fmt::format("`ps_ranks` {}: server ranks belong to the parameter-server strategy; "
+						      "add `strategy` parameter-server or drop `ps_ranks`", options.ps_ranks));
 		return std::make_unique<ReplicatedStrategy>(topology, device, parameters, optimizer, options);
 	}
 	if (options.name != "sync-replicas" && options.replicas_to_aggregate != 0)
-		throw AgreedError(fmt::format("--replicas-to-aggregate {}: belongs to --strategy sync-replicas; drop it",
+		throw AgreedError(fmt::format("`replicas_to_aggregate` {}: belongs to `strategy` sync-replicas; drop it",
 					      options.replicas_to_aggregate));
 	if (options.name == "parameter-server")
 		return std::make_unique<ParameterServerStrategy>(topology, device, parameters, optimizer, options);
@@ -36,7 +56,7 @@ std::unique_ptr<Strategy> make_strategy(const Topology& topology, const Device& 
 		return make_async_strategy(topology, device, parameters, optimizer, options);
 	if (options.name == "sync-replicas")
 		return make_sync_replicas_strategy(topology, device, parameters, optimizer, options);
-	throw AgreedError(fmt::format("--strategy {}: unknown; the strategies are {}", options.name,
+	throw AgreedError(fmt::format("`strategy` {}: unknown; the strategies are {}", options.name,
 				      fmt::join(strategy_names(), ", ")));
 }
 

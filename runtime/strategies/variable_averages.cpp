@@ -9,7 +9,7 @@ namespace tower {
 void VariableAverages::check_decay(double decay)
 {
 	if (!(decay >= 0.0 && decay < 1.0))
-		throw AgreedError(fmt::format("--ema-decay {}: the decay of the moving averages must be in [0, 1), "
+		throw AgreedError(fmt::format("`ema_decay` {}: the decay of the moving averages must be in [0, 1), "
 					      "e.g. 0.999", decay));
 }
 

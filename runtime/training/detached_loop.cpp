@@ -13,8 +13,8 @@ using Clock = SteadyClock;
 nlohmann::json Trainer::Run::run_detached(DetachedRun& detached)
 {
 	if (c_.accumulate != 1)
-		throw AgreedError(fmt::format("--accumulate {}: --strategy {} pushes one gradient per token; drop "
-					      "--accumulate or use a lock-step strategy", c_.accumulate, facts_.name));
+		throw AgreedError(fmt::format("`accumulate` {}: `strategy` {} pushes one gradient per token; drop "
+					      "`accumulate` or use a lock-step strategy", c_.accumulate, facts_.name));
 	// A checkpoint's position counts the walk of all workers' batches: update_in_epoch is the
 	// updates applied and samples_per_update their batches' samples, so restore() turns it into
 	// how far each worker of this run walks in before its first batch.

@@ -1,30 +1,13 @@
 // What must be equal on every rank of a trainer's run: its configuration, model, data and build.
+#include "runtime/options/field_rules.h"
+#include "runtime/options/run_fields.h"
 #include "runtime/training/run.h"
 
 namespace tower {
 
 void describe(RunFingerprint& f, const TrainerConfig& c)
 {
-	describe(f, c.optimizer);
-	describe(f, c.schedule);
-	describe(f, c.strategy);
-	f.add("--epochs", c.epochs);
-	f.add("--batch", c.batch);
-	f.add("--accumulate", c.accumulate);
-	f.add("--max-steps", c.max_steps);
-	f.add("--seed (data order)", c.data_seed);
-	// Each of these paces a collective: the loss of the logging window, the replica check,
-	// the evaluation.
-	f.add("--log-every", c.log_every);
-	f.add("--eval-every", c.eval_every);
-	f.add("--check-every", c.check_every);
-	// Checkpoints are written and verified together, and the timeline is merged on rank 0: a rank
-	// without them would leave the others waiting. Their paths may differ (listed below).
-	f.add("writing checkpoints", !c.checkpoint.dir.empty());
-	f.add("--checkpoint-every", c.checkpoint.every);
-	f.add("--keep-checkpoints", c.checkpoint.keep);
-	f.add("resuming from a checkpoint", c.checkpoint.resume);
-	f.add("recording a timeline", !c.timeline_path.empty());
+	describe_fields(f, trainer_fields(), c);
 }
 
 // Every rank runs the same configuration on the same data with the same build: checked before

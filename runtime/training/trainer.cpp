@@ -42,8 +42,8 @@ int64_t updates_per_epoch(const TrainerConfig& c, int64_t micro_steps_per_epoch)
 {
 	const int64_t n = micro_steps_per_epoch / c.accumulate;
 	if (n < 1)
-		throw AgreedError(fmt::format("--accumulate {} needs {} micro-batches per update but an epoch has only {}; "
-					      "lower --accumulate or --batch", c.accumulate, c.accumulate, micro_steps_per_epoch));
+		throw AgreedError(fmt::format("`accumulate` {} needs {} micro-batches per update but an epoch has only {}; "
+					      "lower `accumulate` or `batch`", c.accumulate, c.accumulate, micro_steps_per_epoch));
 	return n;
 }
 
@@ -62,8 +62,8 @@ Trainer::Run::Run(const Topology& topology, const Device& device, Model& model, 
 {
 	// Rank 0 saves one replica; replica groups each hold their own.
 	if ((checkpointer_.saving() || c.checkpoint.resume) && !c.strategy.replicated.groups.empty())
-		throw AgreedError("--groups: each replica group holds its own parameters and a checkpoint saves rank 0's "
-				  "replica only; drop --groups or the checkpoint options");
+		throw AgreedError("`groups`: each replica group holds its own parameters and a checkpoint saves rank 0's "
+				  "replica only; drop `groups` or the checkpoint options");
 }
 
 nlohmann::json Trainer::Run::run()
@@ -76,14 +76,14 @@ nlohmann::json Trainer::Run::run()
 
 void Trainer::Run::announce()
 {
-	say(fmt::format("tower train: {} strategy on {} rank(s) ({} worker(s), {}), global batch {}{}, {} steps, {}{}",
+	say(fmt::format("training: {} strategy on {} rank(s) ({} worker(s), {}), global batch {}{}, {} steps, {}{}",
 			facts_.name, topology_.size(), tower_->workers(), device_.name(), samples_per_step(),
 			c_.accumulate > 1 ? fmt::format(" ({} micro-batches)", c_.accumulate) : std::string(), total_steps_,
 			facts_.transport, facts_.update_is_sharded ? " (update sharded across the node)" : ""));
 	if (!facts_.layout.empty())
 		say(facts_.layout);
 	if (facts_.name == "replicated" && c_.strategy.replicated.shard_update && device_.is_cuda())
-		say("--shard-update: not on GPUs; each GPU keeps and updates a whole copy (the sharded update "
+		say("`shard_update`: not on GPUs; each GPU keeps and updates a whole copy (the sharded update "
 		    "splits it over a node's CPU ranks through shared memory)");
 	if (facts_.details.contains("placement"))
 		write({{"event", "placement"}, {"placement", facts_.details["placement"]}});

@@ -1,12 +1,12 @@
-// libFuzzer target: --groups text, parsed and then validated for a job of 1 to 8 ranks.
+// libFuzzer target: the `groups` field's text, parsed and then validated for a job of 1 to 8 ranks.
 #include <cstdint>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
-#include "cli/train_options.h"
-#include "collectives/groups.h"
 #include "base/error.h"
+#include "collectives/groups.h"
+#include "runtime/options/run_fields.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size)
 {
@@ -15,7 +15,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size)
 	const int world_size = 1 + data[0] % 8;
 	const std::string text(reinterpret_cast<const char*>(data + 1), size - 1);
 	try {
-		const tower::GroupAssignment groups = tower::cli::parse_groups(text);
+		const tower::GroupAssignment groups = tower::parse_groups(text);
 		const int group_size = tower::validate_group_assignment(groups, world_size);
 		// Accepted: every rank exactly once, in groups of the size returned.
 		std::vector<int> seen(static_cast<size_t>(world_size), 0);

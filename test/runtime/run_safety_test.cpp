@@ -2,6 +2,8 @@
 #include <doctest/doctest.h>
 #include <fmt/ranges.h>
 
+#include <map>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -13,6 +15,7 @@
 #include "base/watchdog/collective_debug.h"
 #include "base/error.h"
 #include "base/watchdog/watched_wait.h"
+#include "runtime/options/run_fields.h"
 #include "runtime/safety/run_fingerprint.h"
 #include "runtime/strategies/strategy.h"
 #include "runtime/training/trainer.h"
@@ -94,7 +97,7 @@ TEST_CASE("a distributed optimizer in a program of one's own refuses ranks with 
 		return;
 	}
 	CHECK(contains(message, "started with different options"));
-	CHECK(contains(message, "--momentum is 0.9 on rank"));
+	CHECK(contains(message, "`momentum` is 0.9 on rank"));
 	CHECK(contains(message, fmt::format("0.5 on rank {}", last_rank())));
 }
 
@@ -116,20 +119,23 @@ TEST_CASE("the trainer refuses ranks with different batches, learning rates or d
 		CHECK(message.empty());
 		return;
 	}
-	CHECK(contains(message, fmt::format("--batch is 8 on {} and 16 on rank {}", all_but_last(), last_rank())));
+	CHECK(contains(message, fmt::format("`batch` is 8 on {} and 16 on rank {}", all_but_last(), last_rank())));
 	CHECK(contains(message, fmt::format("0.01 on rank {}", last_rank())));
 	CHECK(contains(message, "training data is 200 samples"));
 }
 
-TEST_CASE("the options that may differ are not compared")
+TEST_CASE("the fields that may differ are not compared, and those compared by whether they are given are")
 {
 	RunFingerprint f;
 	describe(f, TrainerConfig{});
-	describe_build(f);
-	for (const auto& may : options_that_may_differ()) {
-		const std::string flag = may.substr(0, may.find(':'));
-		for (const auto& [name, value] : f.fields())
-			CHECK_MESSAGE(!contains(flag, name), name, " is compared but listed as one that may differ");
+	std::map<std::string, std::string> compared;
+	for (const auto& [name, value] : f.fields())
+		compared[name] = value;
+	for (const Field<TrainerConfig>& row : trainer_fields()) {
+		const std::string name = fmt::format("`{}`", row.id);
+		CHECK_MESSAGE(compared.count(name) == (row.must_agree ? 1u : 0u), row.id);
+		if (row.must_agree && row.agreed)
+			CHECK_MESSAGE(compared[name] == "no", row.id, " is compared by value, not by whether it is given");
 	}
 }
 

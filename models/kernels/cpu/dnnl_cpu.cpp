@@ -32,7 +32,7 @@ int& threads_setting()
 void set_cpu_threads(int n)
 {
 	if (n < 1)
-		throw Error(fmt::format("--threads must be at least 1, got {}", n));
+		throw Error(fmt::format("`threads` must be at least 1, got {}", n));
 	threads_setting() = n;
 }
 

@@ -34,8 +34,8 @@ std::unique_ptr<Strategy> make_async_strategy(const Topology& topology, const De
 					      const OptimizerConfig& optimizer, const StrategyOptions& options)
 {
 	if (options.replicas_to_aggregate != 0)
-		throw AgreedError(fmt::format("--replicas-to-aggregate {}: async applies every gradient alone; use "
-					      "--strategy sync-replicas to aggregate them", options.replicas_to_aggregate));
+		throw AgreedError(fmt::format("`replicas_to_aggregate` {}: async applies every gradient alone; use "
+					      "`strategy` sync-replicas to aggregate them", options.replicas_to_aggregate));
 	const int workers = topology.size() - std::max(options.ps_ranks, 0);
 	return std::make_unique<DetachedStrategy>(topology, device, parameters, optimizer, options,
 						  std::make_unique<AsyncRule>(std::max(workers, 1), options.async_scale,

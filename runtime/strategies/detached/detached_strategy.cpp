@@ -23,15 +23,15 @@ void check_options(const StrategyOptions& o, const std::string& name)
 {
 	const auto refuse = [&](bool given, const char* what) {
 		if (given)
-			throw AgreedError(fmt::format("{}: not available with --strategy {}, whose workers push their own "
+			throw AgreedError(fmt::format("{}: not available with `strategy` {}, whose workers push their own "
 						      "gradients in f32 without a common step; drop it",
 						      what, name));
 	};
-	refuse(!o.replicated.groups.empty(), "--groups");
-	refuse(o.gradients.compress != DType::f32, "--compress");
-	refuse(o.gradients.loss_scale.mode != LossScaleMode::none, "--loss-scale");
-	refuse(o.gradients.inject_nonfinite_step >= 0, "--inject-nonfinite");
-	refuse(o.gradients.reduce != ReduceOp::mean, "--reduce sum");
+	refuse(!o.replicated.groups.empty(), "`groups`");
+	refuse(o.gradients.compress != DType::f32, "`compress`");
+	refuse(o.gradients.loss_scale.mode != LossScaleMode::none, "`loss_scale`");
+	refuse(o.gradients.inject_nonfinite_step >= 0, "`inject_nonfinite`");
+	refuse(o.gradients.reduce != ReduceOp::mean, "`reduce` sum");
 }
 
 } // namespace
@@ -43,7 +43,7 @@ DetachedStrategy::DetachedStrategy(const Topology& topology, const Device& devic
 	  name_(std::move(name)), core_(topology, parameters.parameters, options)
 {
 	check_options(options_, name_);
-	TOWER_CHECK(!device.is_cuda(), "--strategy {} keeps its variables in host memory; run it with --device cpu",
+	TOWER_CHECK(!device.is_cuda(), "`strategy` {} keeps its variables in host memory; run it with `device` cpu",
 		    name_);
 	const Placement& placement = core_.placement();
 	int64_t offset = 0;
@@ -89,7 +89,7 @@ DetachedStrategy::~DetachedStrategy()
 
 void DetachedStrategy::start(const DetachedPlan& plan)
 {
-	TOWER_CHECK(!started_, "--strategy {}: start() called twice", name_);
+	TOWER_CHECK(!started_, "`strategy` {}: start() called twice", name_);
 	started_ = true;
 	if (core_.my_owner() < 0)
 		return;
@@ -190,8 +190,8 @@ void DetachedStrategy::say_goodbye()
 
 bool DetachedStrategy::begin_step()
 {
-	TOWER_CHECK(started_ && is_worker(), "--strategy {}: begin_step() needs start() and a worker rank", name_);
-	TOWER_CHECK(!in_step_, "--strategy {}: begin_step() twice without a step() between", name_);
+	TOWER_CHECK(started_ && is_worker(), "`strategy` {}: begin_step() needs start() and a worker rank", name_);
+	TOWER_CHECK(!in_step_, "`strategy` {}: begin_step() twice without a step() between", name_);
 	if (stopped_)
 		return false;
 	const auto begin = Clock::now();
@@ -207,7 +207,7 @@ bool DetachedStrategy::begin_step()
 
 StepStats DetachedStrategy::step(const StepRequest& request)
 {
-	TOWER_CHECK(in_step_, "--strategy {}: step() without begin_step() before the step's forward: a worker computes "
+	TOWER_CHECK(in_step_, "`strategy` {}: step() without begin_step() before the step's forward: a worker computes "
 		    "on the owners' values of a granted token", name_);
 	in_step_ = false;
 	StepStats stats;
@@ -222,7 +222,7 @@ StepStats DetachedStrategy::step(const StepRequest& request)
 
 nlohmann::json DetachedStrategy::finish()
 {
-	TOWER_CHECK(!is_worker() || stopped_, "--strategy {}: finish() before this worker's begin_step() said the run "
+	TOWER_CHECK(!is_worker() || stopped_, "`strategy` {}: finish() before this worker's begin_step() said the run "
 		    "is over", name_);
 	if (owner_) {
 		wait_until("owner: waiting for its thread to serve the last worker", [&] { return owner_->done(); });
@@ -305,7 +305,7 @@ void DetachedStrategy::to_model()
 
 void DetachedStrategy::use_averages(bool averaged)
 {
-	TOWER_CHECK(has_averages(), "use_averages({}) without --ema-decay: no averages are kept", averaged);
+	TOWER_CHECK(has_averages(), "use_averages({}) without `ema_decay`: no averages are kept", averaged);
 	TOWER_CHECK(!owner_ || owner_->done(), "use_averages() while the owners still train; call finish() first");
 	core_.averages()->swap_in(averaged);
 	publish();

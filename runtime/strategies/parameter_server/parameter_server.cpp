@@ -18,13 +18,13 @@ namespace {
 void check_options(const StrategyOptions& o)
 {
 	if (!o.replicated.groups.empty())
-		throw AgreedError("--groups: replica subgroups belong to the replicated strategy; the parameter-server "
+		throw AgreedError("`groups`: replica subgroups belong to the replicated strategy; the parameter-server "
 				  "strategy reduces every worker's gradient to one owner per variable");
 	const DType c = o.gradients.compress;
 	if (c != DType::f32 && c != DType::f16 && c != DType::bf16)
-		throw AgreedError(fmt::format("--compress {}: gradients travel as f32 (none), f16 or bf16", dtype_name(c)));
+		throw AgreedError(fmt::format("`compress` {}: gradients travel as f32 (none), f16 or bf16", dtype_name(c)));
 	if (o.gradients.reduce != ReduceOp::mean && o.gradients.reduce != ReduceOp::sum)
-		throw AgreedError("--reduce: the parameter-server strategy reduces gradients by mean or sum");
+		throw AgreedError("`reduce`: the parameter-server strategy reduces gradients by mean or sum");
 }
 
 } // namespace
@@ -99,7 +99,7 @@ StepStats ParameterServerStrategy::step(const StepRequest& request)
 
 void ParameterServerStrategy::use_averages(bool averaged)
 {
-	TOWER_CHECK(has_averages(), "use_averages({}) without --ema-decay: no averages are kept", averaged);
+	TOWER_CHECK(has_averages(), "use_averages({}) without `ema_decay`: no averages are kept", averaged);
 	transport_->settle();
 	core_.averages()->swap_in(averaged);
 	transport_->publish(true);

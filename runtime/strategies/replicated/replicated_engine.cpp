@@ -56,10 +56,10 @@ ReplicatedEngine::ReplicatedEngine(const Topology& topology, const Device& devic
 	  parameters_(parameters.parameters), compute_type_(parameters.compute_type)
 {
 	if (options_.compress != DType::f32 && options_.compress != DType::f16 && options_.compress != DType::bf16)
-		throw AgreedError(fmt::format("--compress {}: gradients travel as f32 (none), f16 or bf16",
+		throw AgreedError(fmt::format("`compress` {}: gradients travel as f32 (none), f16 or bf16",
 					      dtype_name(options_.compress)));
 	if (options_.fusion_mb < 0)
-		throw AgreedError(fmt::format("--fusion-mb {} is negative; use 0 to disable fusion or a size in MiB",
+		throw AgreedError(fmt::format("`fusion_mb` {} is negative; use 0 to disable fusion or a size in MiB",
 					      options_.fusion_mb));
 	for (size_t i = 0; i < parameters_.size(); ++i)
 		parameter_index_[parameters_[i]] = i;

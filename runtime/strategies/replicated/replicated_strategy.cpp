@@ -62,7 +62,7 @@ void ReplicatedStrategy::reset_optimizer_state()
 
 void ReplicatedStrategy::use_averages(bool averaged)
 {
-	TOWER_CHECK(averages_ != nullptr, "use_averages({}) without --ema-decay: no averages are kept", averaged);
+	TOWER_CHECK(averages_ != nullptr, "use_averages({}) without `ema_decay`: no averages are kept", averaged);
 	// Where the node keeps one copy of the parameters, one rank swaps it for the node.
 	engine_->write_variables([&](bool writes) { averages_->swap_in(averaged, writes); });
 }

@@ -29,7 +29,7 @@ std::unique_ptr<Strategy> make_sync_replicas_strategy(const Topology& topology, 
 						      const OptimizerConfig& optimizer, const StrategyOptions& options)
 {
 	if (options.replicas_to_aggregate < 0)
-		throw AgreedError(fmt::format("--replicas-to-aggregate {}: an update needs at least 1 gradient",
+		throw AgreedError(fmt::format("`replicas_to_aggregate` {}: an update needs at least 1 gradient",
 					      options.replicas_to_aggregate));
 	const int workers = std::max(topology.size() - std::max(options.ps_ranks, 0), 1);
 	const int n = options.replicas_to_aggregate == 0 ? workers : options.replicas_to_aggregate;
