@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "runtime/options/names.h"
 #include "cli/command.h"
 #include "models/kernels/cpu/cpu_threads.h"
 #include "base/device/build_info.h"

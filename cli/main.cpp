@@ -5,7 +5,7 @@
 
 #include "base/field_spelling.h"
 #include "cli/command.h"
-#include "cli/field_options.h"
+#include "cli/train/field_options.h"
 #include "cli/option_style.h"
 #include "cli/run_guarded.h"
 #include "tower_config.h"

@@ -8,7 +8,7 @@
 
 #include "base/error.h"
 #include "base/fatal.h"
-#include "cli/field_options.h"
+#include "cli/train/field_options.h"
 
 namespace tower::cli {
 

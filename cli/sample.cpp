@@ -6,7 +6,7 @@
 #include <map>
 #include <random>
 
-#include "cli/train_identity.h"
+#include "cli/train/train_identity.h"
 #include "runtime/options/run_fields.h"
 #include "cli/command.h"
 #include "models/gpt.h"

@@ -19,15 +19,13 @@ namespace tower {
 enum class AllReduceMode { ring, hierarchical, naive };
 
 std::string_view all_reduce_mode_name(AllReduceMode mode);
-// Parses "ring", "hierarchical", "naive"; throws tower::AgreedError otherwise.
-AllReduceMode parse_all_reduce_mode(std::string_view text);
 
 struct AllReduceOptions {
 	// The piece the CPU algorithms stream through at a time: the ring's message size and the
 	// shared-memory round of the hierarchical mode. Tests make it tiny to reach multi-piece paths.
 	size_t chunk_bytes = size_t{1} << 20;
 	// Sum every element in group-rank order, whatever the mode and node layout, so all modes
-	// give the same bits at any rank count (collectives/all_reduce_ordered.h). Host buffers only.
+	// give the same bits at any rank count (collectives/algorithms/all_reduce_ordered.h). Host buffers only.
 	bool deterministic = false;
 };
 

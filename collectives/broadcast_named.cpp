@@ -1,7 +1,7 @@
 // Post-init broadcast of rank 0's named tensors, guarded by a signature check across ranks.
 #include "collectives/broadcast_named.h"
 
-#include "collectives/communicator.h"
+#include "collectives/transports/communicator.h"
 #include "collectives/signature_check.h"
 #include "base/mpi/agree.h"
 #include "base/error.h"

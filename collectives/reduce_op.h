@@ -11,7 +11,4 @@ enum class ReduceOp { sum, mean, max, min };
 
 std::string_view reduce_op_name(ReduceOp op);
 
-// Parses "sum", "mean" (or "avg"), "max", "min"; throws tower::AgreedError otherwise.
-ReduceOp parse_reduce_op(std::string_view text);
-
 } // namespace tower

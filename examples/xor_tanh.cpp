@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/options/names.h"
 #include "models/layers/flatten.h"
 #include "models/layers/layer.h"
 #include "models/layers/linear.h"

@@ -23,17 +23,6 @@ std::string known_model_names()
 	return "mlp, cnn, gpt";
 }
 
-DType parse_precision(std::string_view text)
-{
-	if (text == "fp32" || text == "f32")
-		return DType::f32;
-	if (text == "fp16" || text == "f16")
-		return DType::f16;
-	if (text == "bf16")
-		return DType::bf16;
-	throw AgreedError(fmt::format("unknown precision '{}'; use fp32, fp16 or bf16", text));
-}
-
 std::unique_ptr<Model> make_model(const ModelConfig& config, const Device& device)
 {
 	const DType p = config.precision;

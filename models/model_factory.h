@@ -30,10 +30,6 @@ struct ModelConfig {
 // The names make_model knows, for help texts: "mlp, cnn, gpt".
 std::string known_model_names();
 
-// Parses --precision: "fp32", "fp16" or "bf16" (also "f32", "f16"); throws tower::AgreedError
-// naming the valid forms otherwise.
-DType parse_precision(std::string_view text);
-
 // Throws tower::AgreedError (every rank holds the same config) naming the known models for an
 // unknown name, or the bad option for a hidden width or depth out of range.
 std::unique_ptr<Model> make_model(const ModelConfig& config, const Device& device);

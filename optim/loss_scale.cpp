@@ -1,53 +1,12 @@
-// Loss scaling for mixed precision: --loss-scale dynamic|static:VALUE|none, with two dynamic policies.
+// Loss scaling for mixed precision: none, a static scale, or dynamic with one of two policies.
 #include "optim/loss_scale.h"
 
-#include <charconv>
 #include <cmath>
 #include <string>
 
 #include "base/error.h"
 
 namespace tower {
-
-namespace {
-
-constexpr std::string_view valid_forms =
-	"use dynamic, dynamic:log2, dynamic:growth, static:VALUE (a positive number) or none";
-
-float parse_static_value(std::string_view text)
-{
-	// std::from_chars for float parses without locale and reports trailing junk.
-	float value = 0.0f;
-	const char* end = text.data() + text.size();
-	const auto [ptr, ec] = std::from_chars(text.data(), end, value);
-	if (ec != std::errc() || ptr != end || !std::isfinite(value) || value <= 0.0f)
-		throw AgreedError(fmt::format("`loss_scale` static:{} needs a positive finite number; {}", text,
-					      valid_forms));
-	return value;
-}
-
-} // namespace
-
-LossScaleOptions parse_loss_scale(std::string_view text, const LossScaleOptions& base)
-{
-	LossScaleOptions o = base;
-	constexpr std::string_view static_prefix = "static:";
-	if (text == "none") {
-		o.mode = LossScaleMode::none;
-	} else if (text == "dynamic" || text == "dynamic:log2") {
-		o.mode = LossScaleMode::dynamic;
-		o.policy = LossScalePolicy::log2;
-	} else if (text == "dynamic:growth") {
-		o.mode = LossScaleMode::dynamic;
-		o.policy = LossScalePolicy::growth;
-	} else if (text.starts_with(static_prefix)) {
-		o.mode = LossScaleMode::fixed;
-		o.fixed_scale = parse_static_value(text.substr(static_prefix.size()));
-	} else {
-		throw AgreedError(fmt::format("unknown `loss_scale` '{}'; {}", text, valid_forms));
-	}
-	return o;
-}
 
 LossScaler::LossScaler(const LossScaleOptions& options)
 	: options_(options), log2_(Tensor::empty({1}, DType::f32, Device{})),

@@ -1,4 +1,4 @@
-// Loss scaling for mixed precision: --loss-scale dynamic|static:VALUE|none, with two dynamic policies.
+// Loss scaling for mixed precision: none, a static scale, or dynamic with one of two policies.
 #pragma once
 
 #include <cstdint>
@@ -9,7 +9,7 @@
 
 namespace tower {
 
-enum class LossScaleMode { none, fixed, dynamic }; // fixed is --loss-scale static:VALUE
+enum class LossScaleMode { none, fixed, dynamic }; // fixed: the form static:VALUE
 
 enum class LossScalePolicy {
 	log2,   // scale 2^s; s grows by log2_inc per clean step and drops by log2_dec on overflow
@@ -29,10 +29,6 @@ struct LossScaleOptions {
 	int64_t growth_interval = 2000;
 };
 
-// Parses the --loss-scale forms "none", "static:VALUE" (VALUE a positive finite number),
-// "dynamic" (the log2 policy), "dynamic:log2" and "dynamic:growth" into a copy of `base` (which
-// carries the policies' tuning). Throws tower::AgreedError naming the valid forms otherwise.
-LossScaleOptions parse_loss_scale(std::string_view text, const LossScaleOptions& base = {});
 
 // The loss scale of one training run. Its state lives in two host tensors, "loss_scale/log2"
 // (f32 [1], the log2 of the current scale) and "loss_scale/clean_steps" (i64 [1], overflow-free

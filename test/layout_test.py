@@ -42,43 +42,40 @@ top = [n for n in os.listdir(os.path.join(root, "runtime")) if os.path.isfile(os
 if len(top) > 12:
     failures.append(f"runtime/ has {len(top)} files at its top level (at most 12): {sorted(top)}")
 
+def sources(*folders):
+    """(path relative to the root, its lines) of every C++ and CUDA source below `folders`."""
+    for folder in folders:
+        for dirpath, _, names in os.walk(os.path.join(root, folder)):
+            for name in sorted(names):
+                if name.endswith((".h", ".cpp", ".cu")):
+                    path = os.path.join(dirpath, name)
+                    with open(path) as f:
+                        yield os.path.relpath(path, root), f.read().split("\n")
+
+
 LONGEST = 60
-for folder in ("runtime", "cli"):
-    for dirpath, _, names in os.walk(os.path.join(root, folder)):
-        for name in sorted(names):
-            if not name.endswith((".h", ".cpp", ".cu")):
-                continue
-            path = os.path.join(dirpath, name)
-            with open(path) as f:
-                lines = f.read().split("\n")
+for path, lines in sources("runtime", "cli"):
+    opened = None
+    for number, line in enumerate(lines, 1):
+        if line == "{":
+            opened = number
+        elif line == "}" and opened is not None:
+            if number - opened - 1 > LONGEST:
+                failures.append(f"{path}:{opened}: a function of {number - opened - 1} lines (at most {LONGEST}): split it")
             opened = None
-            for number, line in enumerate(lines, 1):
-                if line == "{":
-                    opened = number
-                elif line == "}" and opened is not None:
-                    if number - opened - 1 > LONGEST:
-                        failures.append(f"{os.path.relpath(path, root)}:{opened}: a function of {number - opened - 1} "
-                                        f"lines (at most {LONGEST}): split it")
-                    opened = None
 
 # Flags of other programs a message may tell a person to use.
 FOREIGN_FLAGS = {"--gpus-per-task"}
 literal = re.compile(r'"(?:[^"\\\n]|\\.)*"')
 flag = re.compile(r"--[a-z][a-z-]*[a-z]")
-for folder in ("base", "collectives", "optim", "models", "data", "runtime", "frameworks"):
-    for dirpath, _, names in os.walk(os.path.join(root, folder)):
-        for name in sorted(names):
-            if not name.endswith((".h", ".cpp", ".cu")):
-                continue
-            path = os.path.join(dirpath, name)
-            with open(path) as f:
-                for number, line in enumerate(f, 1):
-                    if line.lstrip().startswith("//"):
-                        continue
-                    for text in literal.findall(line):
-                        for found in set(flag.findall(text)) - FOREIGN_FLAGS:
-                            failures.append(f"{os.path.relpath(path, root)}:{number}: names the flag {found}; name the "
-                                            f"field as `{found[2:].replace('-', '_')}`")
+for path, lines in sources("base", "collectives", "optim", "models", "data", "runtime", "frameworks"):
+    for number, line in enumerate(lines, 1):
+        if line.lstrip().startswith("//"):
+            continue
+        for text in literal.findall(line):
+            for found in sorted(set(flag.findall(text)) - FOREIGN_FLAGS):
+                failures.append(f"{path}:{number}: names the flag {found}; name the field as "
+                                f"`{found[2:].replace('-', '_')}`")
 
 if failures:
     print("\n".join(failures))

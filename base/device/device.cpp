@@ -18,23 +18,6 @@ std::string Device::name() const
 	return is_cuda() ? fmt::format("cuda:{}", index) : "cpu";
 }
 
-DevicePreference parse_device_preference(const std::string& text)
-{
-	if (text == "auto")
-		return DevicePreference::automatic;
-	if (text == "cpu")
-		return DevicePreference::cpu;
-	if (text == "cuda")
-		return DevicePreference::cuda;
-	throw AgreedError(fmt::format("unknown device '{}': use auto, cpu or cuda", text));
-}
-
-DevicePreference device_preference_from_env()
-{
-	const char* env = std::getenv("TOWER_DEVICE");
-	return env && *env ? parse_device_preference(env) : DevicePreference::automatic;
-}
-
 namespace {
 
 std::string device_problem(const GpuRuntimeInfo& gpus, DevicePreference preference)

@@ -21,12 +21,6 @@ struct Device {
 // What the user asked for: the default picks a GPU when one is visible.
 enum class DevicePreference { automatic, cpu, cuda };
 
-// Parses "auto", "cpu" or "cuda"; throws tower::AgreedError on anything else.
-DevicePreference parse_device_preference(const std::string& text);
-
-// Reads TOWER_DEVICE (auto|cpu|cuda), defaulting to auto.
-DevicePreference device_preference_from_env();
-
 // Collective over the topology's world. The rank L-th on its host gets visible CUDA device
 // L modulo the visible count when GPUs are visible and wanted (so ranks that each see one GPU of
 // their own, as with Slurm --gpus-per-task or a per-rank CUDA_VISIBLE_DEVICES, take device 0);

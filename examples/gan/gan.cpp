@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "runtime/options/names.h"
 #include "base/error.h"
 #include "base/mpi/topology.h"
 #include "base/mpi/world.h"

@@ -8,7 +8,7 @@
 
 #include "base/error.h"
 #include "base/mpi/world.h"
-#include "collectives/communicator.h"
+#include "collectives/transports/communicator.h"
 #include "runtime/observe/timeline.h"
 
 namespace tower::torch_adapter {

@@ -7,6 +7,7 @@
 
 #include <torch/extension.h>
 
+#include "runtime/options/names.h"
 #include "base/error.h"
 #include "base/field_spelling.h"
 #include "runtime/options/run_fields.h"

@@ -10,7 +10,7 @@
 
 #include "base/error.h"
 #include "base/mpi/agree.h"
-#include "collectives/communicator.h"
+#include "collectives/transports/communicator.h"
 #include "frameworks/torch/process.h"
 #include "frameworks/torch/torch_types.h"
 

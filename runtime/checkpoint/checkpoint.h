@@ -22,7 +22,7 @@ struct CheckpointConfig {
 	bool resume = false;     // start from a checkpoint: resume_path, else the latest valid one in dir
 	std::string resume_path; // a step directory, or a directory of them
 	// What must agree for a run to resume another: its options less those allowed to change
-	// (tower train builds it from the option tables: cli/train_identity.cpp). Compared key by key
+	// (tower train builds it from the option tables: cli/train/train_identity.cpp). Compared key by key
 	// on resume, after `read_identity` (when set) turned the saved one into the same form.
 	nlohmann::json identity = nlohmann::json::object();
 	std::function<nlohmann::json(const nlohmann::json& saved, const nlohmann::json& now)> read_identity;

@@ -92,17 +92,6 @@ std::vector<Field<TrainerConfig>> checkpoint_rows()
 	};
 }
 
-DType parse_precision_field(const std::string& t)
-{
-	if (t == "fp32" || t == "f32")
-		return DType::f32;
-	if (t == "fp16" || t == "f16")
-		return DType::f16;
-	if (t == "bf16")
-		return DType::bf16;
-	throw AgreedError(fmt::format("`precision` '{}': unknown precision; give fp32, fp16 or bf16", t));
-}
-
 template <typename T> FieldAccess<ModelConfig, T> of_model(T ModelConfig::*member)
 {
 	return [member](ModelConfig& c) -> T& { return c.*member; };
@@ -115,6 +104,22 @@ Field<ModelConfig> gpt_only(Field<ModelConfig> f)
 }
 
 } // namespace
+
+DType parse_compute_type(const std::string& id, const std::string& text)
+{
+	if (text == "fp32" || text == "f32")
+		return DType::f32;
+	if (text == "fp16" || text == "f16")
+		return DType::f16;
+	if (text == "bf16")
+		return DType::bf16;
+	throw AgreedError(fmt::format("`{}` '{}': unknown type; give fp32, fp16 or bf16", id, text));
+}
+
+DType parse_precision(const std::string& text)
+{
+	return parse_compute_type("precision", text);
+}
 
 std::string precision_text(DType compute_type)
 {
@@ -199,7 +204,7 @@ const std::vector<Field<ModelConfig>>& model_fields()
 								    "at once)", of_model(&ModelConfig::context), F::positive)),
 			seed,
 			custom_field<ModelConfig, DType>("precision", "Activations and gradients in fp32, fp16 or bf16 (master "
-				"weights stay f32)", of_model(&ModelConfig::precision), parse_precision_field, precision_text,
+				"weights stay f32)", of_model(&ModelConfig::precision), parse_precision, precision_text,
 				[](const DType& d) { return d == DType::f32 ? DType::bf16 : DType::f32; }),
 		};
 	}();

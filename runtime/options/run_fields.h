@@ -25,5 +25,8 @@ const std::vector<Field<ModelConfig>>& model_fields();
 std::string groups_text(const GroupAssignment& groups); // "0,1;2,3"; "" for none
 GroupAssignment parse_groups(const std::string& text);  // throws tower::AgreedError naming `groups`
 std::string precision_text(DType compute_type);          // fp32, fp16, bf16
+// "fp32" (or "f32"), "fp16" (or "f16"), "bf16"; throws tower::AgreedError naming the field `id`.
+DType parse_compute_type(const std::string& id, const std::string& text);
+DType parse_precision(const std::string& text); // the model's `precision`
 
 } // namespace tower

@@ -8,6 +8,7 @@
 
 #include "base/error.h"
 #include "runtime/options/field_codecs.h"
+#include "runtime/options/names.h"
 #include "runtime/options/run_fields.h"
 
 namespace tower {
@@ -18,6 +19,20 @@ using Row = Field<StrategyOptions>;
 const std::vector<std::string> replicated = {"replicated"};
 const std::vector<std::string> placed = {"parameter-server", "async", "sync-replicas"};
 const std::vector<std::string> async = {"async"};
+
+// A row over several members, in a text form of its own.
+Row text_row(std::string id, std::string help, std::function<std::string(const StrategyOptions&)> get,
+	     std::function<void(StrategyOptions&, const std::string&)> set,
+	     std::function<std::string(const StrategyOptions&)> other)
+{
+	Row f;
+	f.id = std::move(id);
+	f.help = std::move(help);
+	f.get = std::move(get);
+	f.set = std::move(set);
+	f.other = std::move(other);
+	return f;
+}
 
 Row with(Row f, std::vector<std::string> strategies, bool may_change_on_resume)
 {
@@ -37,13 +52,7 @@ ReduceOp parse_reduce(const std::string& t)
 
 DType parse_compress(const std::string& t)
 {
-	if (t == "none" || t == "fp32" || t == "f32")
-		return DType::f32;
-	if (t == "fp16" || t == "f16")
-		return DType::f16;
-	if (t == "bf16")
-		return DType::bf16;
-	throw AgreedError(fmt::format("`compress` '{}': unknown compression; give none, fp16 or bf16", t));
+	return t == "none" ? DType::f32 : parse_compute_type("compress", t);
 }
 
 std::string compress_text(const DType& d)
@@ -64,17 +73,13 @@ std::string loss_scale_text(const LossScaleOptions& o)
 // Its policies' tuning is in rows of its own: the form keeps them.
 Row loss_scale_row()
 {
-	Row f;
-	f.id = "loss_scale";
-	f.help = "none, static:VALUE, dynamic (log2 policy), dynamic:log2 or dynamic:growth";
-	f.get = [](const StrategyOptions& s) { return loss_scale_text(s.gradients.loss_scale); };
-	f.set = [](StrategyOptions& s, const std::string& t) {
-		s.gradients.loss_scale = parse_loss_scale(t, s.gradients.loss_scale);
-	};
-	f.other = [](const StrategyOptions& s) {
-		return std::string(s.gradients.loss_scale.mode == LossScaleMode::none ? "dynamic" : "none");
-	};
-	return f;
+	return text_row(
+		"loss_scale", "none, static:VALUE, dynamic (log2 policy), dynamic:log2 or dynamic:growth",
+		[](const StrategyOptions& s) { return loss_scale_text(s.gradients.loss_scale); },
+		[](StrategyOptions& s, const std::string& t) { s.gradients.loss_scale = parse_loss_scale(t, s.gradients.loss_scale); },
+		[](const StrategyOptions& s) {
+			return std::string(s.gradients.loss_scale.mode == LossScaleMode::none ? "dynamic" : "none");
+		});
 }
 
 std::vector<Row> gradient_rows()
@@ -108,10 +113,11 @@ std::vector<Row> gradient_rows()
 
 AllReduceMode parse_mode(const std::string& t)
 {
-	for (AllReduceMode m : {AllReduceMode::ring, AllReduceMode::hierarchical, AllReduceMode::naive})
-		if (t == all_reduce_mode_name(m))
-			return m;
-	throw AgreedError(fmt::format("`allreduce` '{}': unknown all-reduce mode; give ring, hierarchical or naive", t));
+	try {
+		return parse_all_reduce_mode(t);
+	} catch (const AgreedError& e) {
+		throw AgreedError(fmt::format("`allreduce` {}", e.what()));
+	}
 }
 
 Row mode_row()
@@ -265,26 +271,21 @@ void set_delay(StrategyOptions& s, const std::string& t)
 
 std::vector<Row> hook_rows()
 {
-	Row nonfinite;
-	nonfinite.id = "inject_nonfinite";
-	nonfinite.help = "STEP[:RANK]: put a NaN into RANK's gradient at STEP (tests, demos)";
-	nonfinite.get = [](const StrategyOptions& s) {
-		const GradientOptions& g = s.gradients;
-		return g.inject_nonfinite_step < 0 ? std::string("none")
-						   : fmt::format("{}:{}", g.inject_nonfinite_step + 1, g.inject_nonfinite_rank);
-	};
-	nonfinite.set = set_nonfinite;
-	nonfinite.other = [](const StrategyOptions& s) {
-		return std::string(s.gradients.inject_nonfinite_step < 0 ? "3:0" : "none");
-	};
-	Row delay;
-	delay.id = "inject_delay";
-	delay.help = "RANK:MS: that rank sleeps MS milliseconds in every step before it sends its gradient (tests, demos)";
-	delay.get = [](const StrategyOptions& s) {
-		return s.inject_delay_rank < 0 ? std::string("none") : fmt::format("{}:{}", s.inject_delay_rank, s.inject_delay_ms);
-	};
-	delay.set = set_delay;
-	delay.other = [](const StrategyOptions& s) { return std::string(s.inject_delay_rank < 0 ? "1:5" : "none"); };
+	Row nonfinite = text_row(
+		"inject_nonfinite", "STEP[:RANK]: put a NaN into RANK's gradient at STEP (tests, demos)",
+		[](const StrategyOptions& s) {
+			const GradientOptions& g = s.gradients;
+			return g.inject_nonfinite_step < 0 ? std::string("none")
+							   : fmt::format("{}:{}", g.inject_nonfinite_step + 1, g.inject_nonfinite_rank);
+		},
+		set_nonfinite,
+		[](const StrategyOptions& s) { return std::string(s.gradients.inject_nonfinite_step < 0 ? "3:0" : "none"); });
+	Row delay = text_row(
+		"inject_delay", "RANK:MS: that rank sleeps MS milliseconds in every step before it sends its gradient (tests, demos)",
+		[](const StrategyOptions& s) {
+			return s.inject_delay_rank < 0 ? std::string("none") : fmt::format("{}:{}", s.inject_delay_rank, s.inject_delay_ms);
+		},
+		set_delay, [](const StrategyOptions& s) { return std::string(s.inject_delay_rank < 0 ? "1:5" : "none"); });
 	delay.may_change_on_resume = true;
 	return {nonfinite, delay};
 }

@@ -51,12 +51,12 @@ TEST_CASE("ranks with the same problem are named together")
 {
 	std::string message;
 	try {
-		tower::agree(world().comm(), "bad --data");
+		tower::agree(world().comm(), "bad `data`");
 	} catch (const tower::AgreedError& e) {
 		message = e.what();
 	}
 	std::string ranks;
 	for (int r = 0; r < world().size(); ++r)
 		ranks += (r ? ", " : "") + std::to_string(r);
-	CHECK(message == (world().size() == 1 ? "rank 0" : "ranks " + ranks) + ": bad --data");
+	CHECK(message == (world().size() == 1 ? "rank 0" : "ranks " + ranks) + ": bad `data`");
 }

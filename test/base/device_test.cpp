@@ -1,6 +1,7 @@
 // Tests of device assignment on machines with and without GPUs.
 #include <doctest/doctest.h>
 
+#include "runtime/options/names.h"
 #include "base/device/device.h"
 #include "base/error.h"
 #include "test/harness/mpi_main.h"

@@ -5,9 +5,9 @@
 #include <fstream>
 
 #include "base/error.h"
-#include "cli/elastic_hosts.h"
-#include "cli/elastic_job.h"
-#include "cli/elastic_options.h"
+#include "cli/elastic/elastic_hosts.h"
+#include "cli/elastic/elastic_job.h"
+#include "cli/elastic/elastic_options.h"
 
 using namespace tower;
 using namespace tower::cli;

@@ -2,7 +2,7 @@
 // them (keyed by flag, values as typed) read into the same form.
 #include <doctest/doctest.h>
 
-#include "cli/train_identity.h"
+#include "cli/train/train_identity.h"
 
 using namespace tower;
 

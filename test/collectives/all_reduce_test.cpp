@@ -6,11 +6,12 @@
 #include <iterator>
 #include <numeric>
 
+#include "runtime/options/names.h"
 #include "collectives/all_reduce.h"
-#include "collectives/all_reduce_hierarchical.h"
-#include "collectives/all_reduce_hierarchical_uneven.h"
-#include "collectives/bucket_plan.h"
-#include "collectives/pack.h"
+#include "collectives/algorithms/all_reduce_hierarchical.h"
+#include "collectives/algorithms/all_reduce_hierarchical_uneven.h"
+#include "collectives/fusion/bucket_plan.h"
+#include "collectives/fusion/pack.h"
 #include "base/error.h"
 #include "test/collectives/check_data.h"
 #include "test/harness/mpi_main.h"

@@ -4,8 +4,8 @@
 #include <set>
 
 #include "collectives/all_reduce.h"
-#include "collectives/bucket_plan.h"
-#include "collectives/pack.h"
+#include "collectives/fusion/bucket_plan.h"
+#include "collectives/fusion/pack.h"
 #include "base/error.h"
 #include "base/tensor/half.h"
 #include "test/harness/mpi_main.h"

@@ -3,7 +3,7 @@
 
 #include <numeric>
 
-#include "collectives/communicator.h"
+#include "collectives/transports/communicator.h"
 #include "base/tensor/half.h"
 #include "base/error.h"
 #include "base/device/gpu_runtime.h"

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "collectives/all_reduce.h"
-#include "collectives/reduce_host.h"
+#include "collectives/algorithms/reduce_host.h"
 #include "test/harness/mpi_main.h"
 
 using namespace tower;

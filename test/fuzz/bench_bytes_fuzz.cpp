@@ -3,7 +3,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "cli/bench.h"
+#include "cli/bench/bench.h"
 #include "base/error.h"
 
 namespace {

@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <string_view>
 
+#include "runtime/options/names.h"
 #include "optim/loss_scale.h"
 #include "base/error.h"
 

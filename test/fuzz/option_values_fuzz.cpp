@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "runtime/options/names.h"
+#include "runtime/options/run_fields.h"
 #include "cli/option_style.h"
 #include "collectives/all_reduce.h"
 #include "collectives/reduce_op.h"

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "collectives/all_reduce.h"
-#include "collectives/bucket_plan.h"
-#include "collectives/communicator.h"
-#include "collectives/pack.h"
+#include "collectives/fusion/bucket_plan.h"
+#include "collectives/transports/communicator.h"
+#include "collectives/fusion/pack.h"
 #include "base/tensor/memory.h"
 #include "test/gpu/gpu_device.h"
 #include "test/gpu/slow_kernel.h"

@@ -12,8 +12,8 @@
 #include <nccl.h>
 
 #include "collectives/all_reduce.h"
-#include "collectives/bucket_plan.h"
-#include "collectives/pack.h"
+#include "collectives/fusion/bucket_plan.h"
+#include "collectives/fusion/pack.h"
 #include "models/kernels/ops.h"
 #include "base/device/cuda_check.h"
 #include "base/device/device.h"

@@ -8,6 +8,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "runtime/options/run_fields.h"
 #include "models/kernels/cpu/cpu_threads.h"
 #include "models/init.h"
 #include "models/model_factory.h"

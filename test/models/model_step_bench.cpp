@@ -4,6 +4,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "runtime/options/run_fields.h"
 #include "models/init.h"
 #include "models/model_factory.h"
 

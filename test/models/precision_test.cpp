@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 
+#include "runtime/options/run_fields.h"
 #include "base/tensor/half.h"
 #include "models/init.h"
 #include "models/layers/conv2d.h"
@@ -296,7 +297,7 @@ TEST_CASE("precision names parse, and a model refuses a type that is not a compu
 	CHECK(parse_precision("fp32") == DType::f32);
 	CHECK(parse_precision("fp16") == DType::f16);
 	CHECK(parse_precision("bf16") == DType::bf16);
-	CHECK_THROWS_WITH_AS(parse_precision("fp8"), doctest::Contains("use fp32, fp16 or bf16"), AgreedError);
+	CHECK_THROWS_WITH_AS(parse_precision("fp8"), doctest::Contains("`precision` 'fp8': unknown type; give fp32, fp16 or bf16"), AgreedError);
 	ModelConfig c = config("mlp", DType::i32);
 	CHECK_THROWS_WITH_AS(make_model(c, Device{}), doctest::Contains("not a compute type"), AgreedError);
 }

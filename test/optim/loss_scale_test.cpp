@@ -5,6 +5,7 @@
 #include <limits>
 #include <string>
 
+#include "runtime/options/names.h"
 #include "optim/loss_scale.h"
 #include "base/error.h"
 

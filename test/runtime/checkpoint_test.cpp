@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include "runtime/options/names.h"
 #include "models/model_factory.h"
 #include "base/crc32c.h"
 #include "base/mpi/mpi_check.h"

@@ -448,7 +448,7 @@ TEST_CASE("async's staleness bound: a token waits while a gradient in flight cou
 	CHECK(bounded.token(book) == TokenAnswer::stop);
 }
 
-TEST_CASE("async with --max-staleness S applies no gradient more than S updates late, whatever the delays")
+TEST_CASE("async with `max_staleness` S applies no gradient more than S updates late, whatever the delays")
 {
 	// A straggler (rank 1 sleeps) would see every other worker's gradients applied while it computes.
 	OptimizerConfig sgd;
@@ -478,5 +478,5 @@ TEST_CASE("the detached strategies' option errors are errors on every rank")
 			     AgreedError);
 	StrategyOptions compressed = options("async");
 	compressed.gradients.compress = DType::f16;
-	CHECK_THROWS_WITH_AS(run_detached(compressed, sgd, 1), doctest::Contains("--compress"), AgreedError);
+	CHECK_THROWS_WITH_AS(run_detached(compressed, sgd, 1), doctest::Contains("`compress`"), AgreedError);
 }

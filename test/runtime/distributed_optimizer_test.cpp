@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/options/names.h"
 #include "base/error.h"
 #include "runtime/distributed_optimizer.h"
 #include "runtime/strategies/detached/detached_strategy.h"

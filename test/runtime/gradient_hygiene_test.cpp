@@ -4,6 +4,7 @@
 
 #include <doctest/doctest.h>
 
+#include "runtime/options/names.h"
 #include "data/batch_assembler.h"
 #include "base/mpi/mpi_check.h"
 #include "test/harness/mpi_main.h"

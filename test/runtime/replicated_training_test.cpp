@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include "runtime/options/names.h"
 #include "data/batch_assembler.h"
 #include "models/model_factory.h"
 #include "optim/optimizer.h"
@@ -190,11 +191,11 @@ TEST_CASE("bad engine options are an error on every rank that names the option a
 	ReplicatedEngineOptions o;
 	o.compress = DType::i32;
 	CHECK_THROWS_WITH_AS(tower::test::ModelEngine(topology, cpu, *model, *optimizer, o),
-			     "--compress i32: gradients travel as f32 (none), f16 or bf16", AgreedError);
+			     "`compress` i32: gradients travel as f32 (none), f16 or bf16", AgreedError);
 	o = {};
 	o.fusion_mb = -1;
 	CHECK_THROWS_WITH_AS(tower::test::ModelEngine(topology, cpu, *model, *optimizer, o),
-			     "--fusion-mb -1 is negative; use 0 to disable fusion or a size in MiB", AgreedError);
+			     "`fusion_mb` -1 is negative; use 0 to disable fusion or a size in MiB", AgreedError);
 }
 
 TEST_CASE("one rank's step is the float64 forward, backward and momentum update written out here")

@@ -10,7 +10,7 @@
 #include <string>
 #include <thread>
 
-#include "collectives/communicator.h"
+#include "collectives/transports/communicator.h"
 #include "models/model_factory.h"
 #include "base/watchdog/collective_debug.h"
 #include "base/error.h"
@@ -63,24 +63,24 @@ bool contains(const std::string& text, const std::string& part)
 TEST_CASE("agree_on_fields names each differing field with its value per rank, equal ranks together")
 {
 	const bool odd = world().rank() == last_rank() && world().size() > 1;
-	const std::vector<AgreedField> fields = {{"--lr", odd ? "0.01" : "0.05"}, {"--batch", "32"}};
+	const std::vector<AgreedField> fields = {{"`lr`", odd ? "0.01" : "0.05"}, {"`batch`", "32"}};
 	const std::string message = agreed_error([&] { agree_on_fields(world().comm(), fields, "options differ"); });
 	if (world().size() == 1) {
 		CHECK(message.empty());
 		return;
 	}
-	CHECK(message == "options differ: --lr is 0.05 on " + all_but_last() + " and 0.01 on rank " +
+	CHECK(message == "options differ: `lr` is 0.05 on " + all_but_last() + " and 0.01 on rank " +
 				 std::to_string(last_rank()));
 }
 
 TEST_CASE("a field only some ranks send is reported as absent on the others")
 {
-	std::vector<AgreedField> fields = {{"--batch", "32"}};
+	std::vector<AgreedField> fields = {{"`batch`", "32"}};
 	if (world().rank() == 0)
-		fields.push_back({"--replicas-to-aggregate", "2"});
+		fields.push_back({"`replicas_to_aggregate`", "2"});
 	const std::string message = agreed_error([&] { agree_on_fields(world().comm(), fields, "options differ"); });
 	if (world().size() > 1)
-		CHECK(contains(message, "--replicas-to-aggregate is 2 on rank 0 and (absent) on rank"));
+		CHECK(contains(message, "`replicas_to_aggregate` is 2 on rank 0 and (absent) on rank"));
 }
 
 TEST_CASE("a distributed optimizer in a program of one's own refuses ranks with different optimizer options")
@@ -139,7 +139,7 @@ TEST_CASE("the fields that may differ are not compared, and those compared by wh
 	}
 }
 
-TEST_CASE("--debug-collectives: a rank calling another collective is an error on every rank naming both")
+TEST_CASE("`debug_collectives`: a rank calling another collective is an error on every rank naming both")
 {
 	if (world().size() == 1)
 		return;
@@ -164,7 +164,7 @@ TEST_CASE("--debug-collectives: a rank calling another collective is an error on
 	CHECK(contains(roots, fmt::format("rank {} calls #2 broadcast of 64 bytes of f32, root 1", last_rank())));
 }
 
-TEST_CASE("--debug-collectives passes matching collectives and leaves their results alone")
+TEST_CASE("`debug_collectives` passes matching collectives and leaves their results alone")
 {
 	const auto comm = make_communicator(world().comm(), Device{});
 	std::vector<float> data(16, 1.0f);

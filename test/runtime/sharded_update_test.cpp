@@ -5,8 +5,9 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
-#include "collectives/bucket_plan.h"
-#include "collectives/pack.h"
+#include "runtime/options/names.h"
+#include "collectives/fusion/bucket_plan.h"
+#include "collectives/fusion/pack.h"
 #include "data/batch_assembler.h"
 #include "models/model_factory.h"
 #include "models/kernels/ops.h"

@@ -267,19 +267,19 @@ TEST_CASE("strategy options that cannot apply are errors on every rank")
 	auto model = make_model({"mlp", 16, 1, 7}, cpu);
 	auto make = [&](const StrategyOptions& o) { return std::make_unique<Tower>(topology, cpu, *model, OptimizerConfig{}, o); };
 	StrategyOptions o = parameter_server(world().size());
-	CHECK_THROWS_WITH_AS(make(o), doctest::Contains("--ps-ranks"), AgreedError);
+	CHECK_THROWS_WITH_AS(make(o), doctest::Contains("`ps_ranks`"), AgreedError);
 	o = parameter_server(-1);
-	CHECK_THROWS_WITH_AS(make(o), doctest::Contains("--ps-ranks -1"), AgreedError);
+	CHECK_THROWS_WITH_AS(make(o), doctest::Contains("`ps_ranks` -1"), AgreedError);
 	o = parameter_server(0);
 	o.replicated.groups = {{0}};
-	CHECK_THROWS_WITH_AS(make(o), doctest::Contains("--groups"), AgreedError);
+	CHECK_THROWS_WITH_AS(make(o), doctest::Contains("`groups`"), AgreedError);
 	StrategyOptions replicated;
 	replicated.ps_ranks = 1;
-	CHECK_THROWS_WITH_AS(make(replicated), doctest::Contains("--strategy parameter-server"), AgreedError);
+	CHECK_THROWS_WITH_AS(make(replicated), doctest::Contains("`strategy` parameter-server"), AgreedError);
 	for (double bad : {-0.1, 1.0, 1.5}) {
 		StrategyOptions e;
 		e.ema_decay = bad;
-		CHECK_THROWS_WITH_AS(make(e), doctest::Contains("--ema-decay"), AgreedError);
+		CHECK_THROWS_WITH_AS(make(e), doctest::Contains("`ema_decay`"), AgreedError);
 	}
 	StrategyOptions unknown;
 	unknown.name = "gossip";

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "collectives/mpi_reduce_ops.h"
+#include "collectives/transports/mpi_reduce_ops.h"
 #include "collectives/signature_check.h"
 #include "base/watchdog/backoff_wait.h"
 #include "base/error.h"

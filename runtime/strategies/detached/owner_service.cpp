@@ -7,7 +7,7 @@
 #include <cstring>
 #include <ctime>
 
-#include "collectives/mpi_reduce_ops.h"
+#include "collectives/transports/mpi_reduce_ops.h"
 #include "base/watchdog/backoff_wait.h"
 #include "base/error.h"
 #include "base/mpi/mpi_check.h"

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <limits>
 
-#include "collectives/mpi_reduce_ops.h"
+#include "collectives/transports/mpi_reduce_ops.h"
 #include "collectives/signature_check.h"
 #include "models/kernels/ops.h"
 #include "base/watchdog/collective_debug.h"

@@ -8,8 +8,8 @@
 #include <exception>
 #include <limits>
 
-#include "collectives/shm_node.h"
-#include "collectives/shm_window.h"
+#include "collectives/transports/shm_node.h"
+#include "collectives/transports/shm_window.h"
 #include "base/error.h"
 #include "runtime/observe/timeline.h"
 

@@ -10,7 +10,7 @@
 #include <fmt/ranges.h>
 
 #include "collectives/broadcast_named.h"
-#include "collectives/pack.h"
+#include "collectives/fusion/pack.h"
 #include "collectives/signature_check.h"
 #include "models/kernels/ops.h"
 #include "base/error.h"

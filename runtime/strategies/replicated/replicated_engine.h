@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "collectives/all_reduce.h"
-#include "collectives/bucket_plan.h"
+#include "collectives/fusion/bucket_plan.h"
 #include "base/device/stream.h"
 #include "base/tensor/named_tensor.h"
 #include "optim/optimizer.h"

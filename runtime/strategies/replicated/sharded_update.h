@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "collectives/all_reduce.h"
-#include "collectives/bucket_plan.h"
+#include "collectives/fusion/bucket_plan.h"
 #include "base/tensor/parameter.h"
 #include "optim/optimizer.h"
 #include "runtime/strategies/replicated/gradient_update.h"

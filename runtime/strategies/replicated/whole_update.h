@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "collectives/all_reduce.h"
-#include "collectives/bucket_plan.h"
+#include "collectives/fusion/bucket_plan.h"
 #include "optim/optimizer.h"
 #include "base/device/device.h"
 #include "runtime/observe/device_span.h"

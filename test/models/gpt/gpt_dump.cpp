@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "runtime/options/run_fields.h"
 #include "data/text_corpus.h"
 #include "models/gpt.h"
 #include "models/model_factory.h"

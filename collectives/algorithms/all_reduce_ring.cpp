@@ -1,0 +1,133 @@
+// The ring all-reduce on host memory: reduce-scatter then all-gather, n-1 steps each, pipelined.
+#include "collectives/algorithms/all_reduce_ring.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "collectives/transports/mpi_reduce_ops.h"
+#include "collectives/algorithms/reduce_host.h"
+#include "collectives/segments.h"
+#include "base/watchdog/collective_debug.h"
+#include "base/mpi/mpi_check.h"
+#include "base/watchdog/watched_wait.h"
+
+namespace tower {
+
+namespace {
+
+size_t chunk_elements(size_t chunk_bytes, DType dtype)
+{
+	return std::clamp<size_t>(chunk_bytes / dtype_size(dtype), 1, mpi_max_count(dtype));
+}
+
+size_t chunks_in(size_t length, size_t chunk)
+{
+	return (length + chunk - 1) / chunk;
+}
+
+void wait_all(std::vector<MPI_Request>& requests, const WaitSite& site)
+{
+	wait_requests(requests, site);
+	requests.clear();
+}
+
+} // namespace
+
+RingAllReduce::RingAllReduce(MPI_Comm comm, const AllReduceOptions& options)
+    : comm_(duplicate_comm(comm)), chunk_bytes_(std::max<size_t>(options.chunk_bytes, 8))
+{
+	TOWER_MPI(MPI_Comm_rank(comm_.get(), &rank_));
+	TOWER_MPI(MPI_Comm_size(comm_.get(), &size_));
+	left_ = (rank_ + size_ - 1) % size_;
+	right_ = (rank_ + 1) % size_;
+	// Two chunks of any dtype (a chunk is at least one element), so run() never allocates.
+	staging_.resize(2 * (chunk_bytes_ + 8));
+}
+
+void RingAllReduce::run(const void* send, void* recv, size_t count, DType dtype, ReduceOp op)
+{
+	check_collective(comm_.get(), {"ring all-reduce", count * dtype_size(dtype), dtype});
+	if (send != recv && count > 0)
+		std::memcpy(recv, send, count * dtype_size(dtype));
+	if (size_ == 1)
+		return;
+	reduce_scatter(recv, count, dtype, op);
+	all_gather(recv, count, dtype);
+}
+
+void RingAllReduce::reduce_scatter(void* data, size_t count, DType dtype, ReduceOp op)
+{
+	for (int step = 0; step + 1 < size_; ++step)
+		reduce_scatter_step(static_cast<char*>(data), count, dtype, op, step);
+	if (op == ReduceOp::mean) {
+		const Segment mine = segment_of(count, static_cast<size_t>(size_), static_cast<size_t>(owned_segment()));
+		divide_host(static_cast<char*>(data) + mine.start * dtype_size(dtype), mine.length, dtype, size_);
+	}
+}
+
+void RingAllReduce::all_gather(void* data, size_t count, DType dtype)
+{
+	for (int step = 0; step + 1 < size_; ++step)
+		all_gather_step(static_cast<char*>(data), count, dtype, step);
+}
+
+void RingAllReduce::reduce_scatter_step(char* data, size_t count, DType dtype, ReduceOp op, int step)
+{
+	const size_t n = static_cast<size_t>(size_), esize = dtype_size(dtype);
+	const Segment out = segment_of(count, n, static_cast<size_t>((rank_ - step + size_) % size_));
+	const Segment in = segment_of(count, n, static_cast<size_t>((rank_ - step - 1 + 2 * size_) % size_));
+	const size_t chunk = chunk_elements(chunk_bytes_, dtype);
+	const MPI_Datatype type = mpi_datatype(dtype);
+	char* buffers[2] = {staging_.data(), staging_.data() + chunk * esize};
+
+	std::vector<MPI_Request> sends;
+	for (size_t c = 0; c < chunks_in(out.length, chunk); ++c) {
+		const size_t first = c * chunk, m = std::min(chunk, out.length - first);
+		sends.emplace_back();
+		TOWER_MPI(MPI_Isend(data + (out.start + first) * esize, static_cast<int>(m), type, right_, step,
+				    comm_.get(), &sends.back()));
+	}
+	// Receive chunk c+1 while chunk c is reduced: the staging pair alternates.
+	const size_t in_chunks = chunks_in(in.length, chunk);
+	MPI_Request pending = MPI_REQUEST_NULL;
+	auto post = [&](size_t c) {
+		const size_t m = std::min(chunk, in.length - c * chunk);
+		TOWER_MPI(MPI_Irecv(buffers[c % 2], static_cast<int>(m), type, left_, step, comm_.get(), &pending));
+	};
+	if (in_chunks > 0)
+		post(0);
+	for (size_t c = 0; c < in_chunks; ++c) {
+		wait_request(pending, {"ring all-reduce (reduce-scatter)", comm_.get(), left_, "step", step});
+		if (c + 1 < in_chunks)
+			post(c + 1);
+		const size_t first = c * chunk, m = std::min(chunk, in.length - first);
+		char* target = data + (in.start + first) * esize;
+		const void* inputs[2] = {target, buffers[c % 2]};
+		reduce_host(target, inputs, 2, m, dtype, op);
+	}
+	wait_all(sends, {"ring all-reduce (reduce-scatter send)", comm_.get(), right_, "step", step});
+}
+
+void RingAllReduce::all_gather_step(char* data, size_t count, DType dtype, int step)
+{
+	const size_t n = static_cast<size_t>(size_), esize = dtype_size(dtype);
+	const Segment out = segment_of(count, n, static_cast<size_t>((rank_ - step + 1 + size_) % size_));
+	const Segment in = segment_of(count, n, static_cast<size_t>((rank_ - step + size_) % size_));
+	const size_t piece = mpi_max_count(dtype);
+	const MPI_Datatype type = mpi_datatype(dtype);
+	std::vector<MPI_Request> requests;
+	// Finished segments need no reduction, so they land in place in int-sized pieces.
+	for (size_t first = 0; first < in.length; first += piece) {
+		requests.emplace_back();
+		TOWER_MPI(MPI_Irecv(data + (in.start + first) * esize, static_cast<int>(std::min(piece, in.length - first)),
+				    type, left_, step, comm_.get(), &requests.back()));
+	}
+	for (size_t first = 0; first < out.length; first += piece) {
+		requests.emplace_back();
+		TOWER_MPI(MPI_Isend(data + (out.start + first) * esize, static_cast<int>(std::min(piece, out.length - first)),
+				    type, right_, step, comm_.get(), &requests.back()));
+	}
+	wait_all(requests, {"ring all-reduce (all-gather)", comm_.get(), left_, "step", step});
+}
+
+} // namespace tower
