@@ -6,14 +6,15 @@
 #include <map>
 #include <random>
 
-#include "cli/train/train_identity.h"
-#include "runtime/options/run_fields.h"
 #include "cli/command.h"
+#include "cli/train/train_identity.h"
 #include "models/gpt.h"
 #include "models/model_factory.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/checkpoint_file.h"
+#include "runtime/checkpoint/checkpoint_files.h"
 #include "runtime/checkpoint/variable_pieces.h"
+#include "runtime/options/run_fields.h"
 
 namespace tower::cli {
 
@@ -40,16 +41,12 @@ struct SampleOptions {
 // under it that verifies (as --resume picks).
 std::string step_dir_of(const std::string& path)
 {
-	if (fs::exists(fs::path(path) / "manifest.tck"))
+	if (fs::exists(fs::path(path) / manifest_name))
 		return path;
-	std::vector<std::string> steps;
 	std::error_code ec;
-	for (const auto& entry : fs::directory_iterator(path, ec))
-		if (entry.is_directory() && entry.path().filename().string().rfind("step-", 0) == 0)
-			steps.push_back(entry.path().string());
-	expect(!ec, "cannot read checkpoint directory {}: {}", path, ec.message());
-	std::sort(steps.rbegin(), steps.rend());
-	for (const std::string& dir : steps) {
+	expect(fs::is_directory(path, ec), "cannot read checkpoint directory {}", path);
+	for (const auto& [step, step_path] : step_dirs(path)) {
+		const std::string dir = step_path.string();
 		try {
 			verify_checkpoint(dir);
 			return dir;
@@ -73,14 +70,7 @@ GptOptions gpt_options_of(const nlohmann::json& saved, const std::string& dir)
 			row.set(m, identity.at(row.id).get<std::string>());
 	expect(m.name == "gpt", "{} is a checkpoint of model '{}'; tower sample reads those of tower train --model gpt",
 	       dir, m.name);
-	GptOptions o;
-	o.layers = m.layers;
-	o.width = m.width;
-	o.heads = m.heads;
-	o.context = m.context;
-	o.seed = m.seed;
-	o.precision = m.precision;
-	return o;
+	return gpt_options(m);
 }
 
 // Loads every parameter from the checkpoint's pieces, whatever the strategy that wrote them: whole

@@ -23,6 +23,18 @@ std::string known_model_names()
 	return "mlp, cnn, gpt";
 }
 
+GptOptions gpt_options(const ModelConfig& config)
+{
+	GptOptions o;
+	o.layers = config.layers;
+	o.width = config.width;
+	o.heads = config.heads;
+	o.context = config.context;
+	o.seed = config.seed;
+	o.precision = config.precision;
+	return o;
+}
+
 std::unique_ptr<Model> make_model(const ModelConfig& config, const Device& device)
 {
 	const DType p = config.precision;
@@ -46,16 +58,8 @@ std::unique_ptr<Model> make_model(const ModelConfig& config, const Device& devic
 		o.precision = p;
 		return make_cnn(o, device);
 	}
-	if (config.name == "gpt") {
-		GptOptions o;
-		o.layers = config.layers;
-		o.width = config.width;
-		o.heads = config.heads;
-		o.context = config.context;
-		o.seed = config.seed;
-		o.precision = p;
-		return make_gpt(o, device);
-	}
+	if (config.name == "gpt")
+		return make_gpt(gpt_options(config), device);
 	throw AgreedError(fmt::format("unknown model '{}'; the known models are: {}", config.name, known_model_names()));
 }
 

@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 
+#include "models/gpt.h"
 #include "models/model.h"
 #include "base/device/device.h"
 #include "base/tensor/dtype.h"
@@ -29,6 +30,9 @@ struct ModelConfig {
 
 // The names make_model knows, for help texts: "mlp, cnn, gpt".
 std::string known_model_names();
+
+// The GPT's options of a config whose name is gpt.
+GptOptions gpt_options(const ModelConfig& config);
 
 // Throws tower::AgreedError (every rank holds the same config) naming the known models for an
 // unknown name, or the bad option for a hidden width or depth out of range.

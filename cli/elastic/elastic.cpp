@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/error.h"
+#include "runtime/checkpoint/checkpoint_files.h"
 #include "cli/command.h"
 #include "cli/elastic/elastic_hosts.h"
 #include "cli/elastic/elastic_job.h"
@@ -43,17 +44,10 @@ void say(const std::string& line)
 // launcher cannot see the directory).
 int64_t latest_checkpoint(const std::string& dir)
 {
-	int64_t latest = -1;
-	std::error_code ec;
-	for (const auto& e : fs::directory_iterator(dir, ec)) {
-		const std::string name = e.path().filename().string();
-		if (name.rfind("step-", 0) == 0 && fs::exists(e.path() / "manifest.tck"))
-			try {
-				latest = std::max<int64_t>(latest, std::stoll(name.substr(5)));
-			} catch (const std::exception&) {
-			}
-	}
-	return latest;
+	for (const auto& [step, path] : step_dirs(dir)) // newest first
+		if (std::error_code ec; fs::exists(path / manifest_name, ec))
+			return step;
+	return -1;
 }
 
 std::string self_path()

@@ -131,6 +131,17 @@ int64_t check_layernorm(const Tensor& x, const Tensor& gamma, const Tensor& y, c
 	return x.dim(0);
 }
 
+int64_t check_layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+				 const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta)
+{
+	const int64_t rows = check_layernorm(x, gamma, dy, mean, rstd);
+	expect_same_dtype(x, dx, "layernorm backward");
+	expect_same_numel(x, dx, "layernorm backward");
+	expect_f32(dgamma, "layernorm gain gradient");
+	expect_f32(dbeta, "layernorm bias gradient");
+	return rows;
+}
+
 void check_causal_softmax(const Tensor& scores, const Tensor& probs)
 {
 	expect_float(scores, "attention scores");

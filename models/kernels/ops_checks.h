@@ -51,6 +51,11 @@ BatchedGemmDims checked_batched_gemm_dims(Transpose ta, Transpose tb, const Tens
 int64_t check_layernorm(const Tensor& x, const Tensor& gamma, const Tensor& y, const Tensor& mean,
 			const Tensor& rstd);
 
+// LayerNorm backward: dy and dx like x, and the gain's and bias's gradients f32 [C]; returns the
+// row count.
+int64_t check_layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+				 const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta);
+
 // Causal softmax: scores and probs [N, T, T] of one compute type.
 void check_causal_softmax(const Tensor& scores, const Tensor& probs);
 

@@ -47,14 +47,7 @@ const Tensor& Conv2d::backward(const Tensor& dy, const BackwardArgs& args)
 	const Ops& ops = ops_for(dy.device());
 	const int64_t pixels = g_.col_cols();
 	const DType type = dy.dtype();
-	Tensor dz = dy;
-	if (activation_ == Activation::relu) {
-		dz = dz_ws_.get(dy.shape(), type, dy.device());
-		ops.relu_backward(y_, dy, dz);
-	}
-	const Tensor db = grad_buffer(bias_, type, db_ws_);
-	ops.bias_grad(dz, db, pixels, accumulate_in_place(db, args));
-	finish_grad(bias_, db, args);
+	const Tensor dz = bias_act_backward(ops, y_, dy, activation_, bias_, pixels, args, dz_ws_, db_ws_);
 
 	const Tensor ws = workspace(ops, type, dy.device());
 	const Tensor dw = grad_buffer(weight_, type, dw_ws_);

@@ -47,14 +47,7 @@ const Tensor& Linear::backward(const Tensor& dy, const BackwardArgs& args)
 		    weight_.name, shape_text(dy.shape()));
 	const Ops& ops = ops_for(dy.device());
 	const DType type = dy.dtype();
-	Tensor dz = dy;
-	if (activation_ == Activation::relu) {
-		dz = dz_ws_.get(dy.shape(), type, dy.device());
-		ops.relu_backward(y_, dy, dz);
-	}
-	const Tensor db = grad_buffer(bias_, type, db_ws_);
-	ops.bias_grad(dz, db, 1, accumulate_in_place(db, args));
-	finish_grad(bias_, db, args);
+	const Tensor dz = bias_act_backward(ops, y_, dy, activation_, bias_, 1, args, dz_ws_, db_ws_);
 	// A 16-bit weight gradient goes straight into the f32 Parameter::grad where the backend can
 	// (no 16-bit buffer and no cast pass over the largest tensor of the step).
 	if (type != DType::f32 && ops.gemm_into_f32(Transpose::yes, Transpose::no, 1.0f, dz, x_,

@@ -3,12 +3,11 @@
 
 #include <string>
 
+#include "models/layers/bias_act.h"
 #include "models/layers/layer.h"
 #include "models/layers/workspace.h"
 
 namespace tower {
-
-enum class Activation { none, relu };
 
 class Linear final : public Layer {
 public:

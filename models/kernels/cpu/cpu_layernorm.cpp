@@ -41,11 +41,7 @@ void CpuOps::layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor&
 				const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
 				bool accumulate) const
 {
-	const int64_t rows = check_layernorm(x, gamma, dy, mean, rstd);
-	expect_same_dtype(x, dx, "layernorm backward");
-	expect_same_numel(x, dx, "layernorm backward");
-	expect_f32(dgamma, "layernorm gain gradient");
-	expect_f32(dbeta, "layernorm bias gradient");
+	const int64_t rows = check_layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta);
 	const int64_t c = x.dim(1);
 	const F32Copy fx(x, true), fdy(dy, true), fdx(dx, false);
 	const float* g = gamma.data_as<float>();

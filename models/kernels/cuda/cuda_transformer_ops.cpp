@@ -21,11 +21,7 @@ void CudaOps::layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor
 				 const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
 				 bool accumulate) const
 {
-	const int64_t rows = check_layernorm(x, gamma, dy, mean, rstd);
-	expect_same_dtype(x, dx, "layernorm backward");
-	expect_same_numel(x, dx, "layernorm backward");
-	expect_f32(dgamma, "layernorm gain gradient");
-	expect_f32(dbeta, "layernorm bias gradient");
+	const int64_t rows = check_layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta);
 	for (const Tensor* t : {&dy, &x, &gamma, &mean, &rstd, &dx, &dgamma, &dbeta})
 		expect_here(*t, "layernorm backward operand");
 	cuda::layernorm_backward(x.dtype(), dy.data(), x.data(), gamma.data_as<float>(), mean.data_as<float>(),

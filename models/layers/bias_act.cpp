@@ -1,0 +1,23 @@
+// The bias-and-ReLU tail that Linear and Conv2d share, backward.
+#include "models/layers/bias_act.h"
+
+#include "models/layers/precision.h"
+
+namespace tower {
+
+Tensor bias_act_backward(const Ops& ops, const Tensor& y, const Tensor& dy, Activation activation, const Parameter& bias,
+			 int64_t positions, const BackwardArgs& args, Workspace& dz_ws, Workspace& db_ws)
+{
+	const DType type = dy.dtype();
+	Tensor dz = dy;
+	if (activation == Activation::relu) {
+		dz = dz_ws.get(dy.shape(), type, dy.device());
+		ops.relu_backward(y, dy, dz);
+	}
+	const Tensor db = grad_buffer(bias, type, db_ws);
+	ops.bias_grad(dz, db, positions, accumulate_in_place(db, args));
+	finish_grad(bias, db, args);
+	return dz;
+}
+
+} // namespace tower
