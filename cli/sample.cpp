@@ -62,7 +62,7 @@ std::string step_dir_of(const std::string& path)
 // The model's table read back from the checkpoint's identity (manifests keyed by flag too).
 GptOptions gpt_options_of(const nlohmann::json& saved, const std::string& dir)
 {
-	const nlohmann::json identity = read_identity(saved, nlohmann::json::object());
+	const nlohmann::json identity = identity_by_id(saved);
 	ModelConfig m;
 	m.name = "?";
 	for (const Field<ModelConfig>& row : model_fields())

@@ -2,8 +2,10 @@
 // on text); the library's trainer does the run. Its options are the rows of the library's option
 // tables (runtime/options/run_fields.h) and a few of its own: data, device, files, patience.
 #include <memory>
+#include <optional>
 
 #include "runtime/options/names.h"
+#include "base/mpi/agree.h"
 #include "base/watchdog/collective_debug.h"
 #include "base/watchdog/watched_wait.h"
 #include "cli/command.h"
@@ -57,6 +59,21 @@ RunFingerprint program_fields(World& world, const TrainConfig& c, const ModelCon
 	return f;
 }
 
+// Each rank reads its own command line. What one rank cannot read must end every rank (the others
+// would wait for it in the agreement), so the verdict of the reading is agreed first.
+template <typename Read> auto read_agreed(MPI_Comm comm, Read read) -> decltype(read())
+{
+	std::optional<decltype(read())> value;
+	std::string problem;
+	try {
+		value = read();
+	} catch (const AgreedError& e) {
+		problem = e.what();
+	}
+	agree(comm, problem);
+	return std::move(*value);
+}
+
 // Whether a test set is loaded is decided before the trainer's configuration is.
 int eval_every_of(const TrainConfig& c)
 {
@@ -81,13 +98,14 @@ int run_training(World& world, const TrainConfig& c)
 	set_stall_limits({c.stall_warn, c.stall_abort});
 	if (c.debug_collectives)
 		set_collective_debug(true);
-	const ModelConfig model_config = cli::model_config(c);
-	RunFingerprint fields = program_fields(world, c, model_config, eval_every_of(c));
+	const ModelConfig model_config = read_agreed(world.comm(), [&] { return cli::model_config(c); });
+	const int eval_every = read_agreed(world.comm(), [&] { return eval_every_of(c); });
+	RunFingerprint fields = program_fields(world, c, model_config, eval_every);
 	const Topology topology(world.comm(), ranks_per_node_setting(c.ranks_per_node));
 	const Device device = assign_device(topology, probe_gpu_runtime(), parse_device_preference(c.device));
 	if (c.threads)
 		set_cpu_threads(*c.threads);
-	TrainerConfig config = trainer_config(c, model_config, topology, device);
+	TrainerConfig config = read_agreed(world.comm(), [&] { return trainer_config(c, model_config, topology, device); });
 	config.program_fields = std::move(fields);
 	const auto model = make_model(model_config, device);
 	if (model_config.name == "gpt") {

@@ -9,6 +9,15 @@ namespace tower::cli {
 
 namespace {
 
+// Manifests written before the option tables keyed the identity by tower train's flags.
+bool keyed_by_flag(const nlohmann::json& saved)
+{
+	for (const auto& [key, value] : saved.items())
+		if (key.starts_with("--"))
+			return true;
+	return false;
+}
+
 // "--loss-scale-init" -> "loss_scale_init".
 std::string id_of_flag(const std::string& flag)
 {
@@ -35,6 +44,17 @@ template <typename Config> std::optional<std::string> canonical(const std::vecto
 	return f->get(c);
 }
 
+// The saved fields today's identity holds: a row since marked may-change, one that no longer
+// applies, or one gone from the tables is not compared.
+nlohmann::json only_fields_of(const nlohmann::json& saved, const nlohmann::json& now)
+{
+	nlohmann::json out = nlohmann::json::object();
+	for (const auto& [key, value] : saved.items())
+		if (now.contains(key))
+			out[key] = value;
+	return out;
+}
+
 } // namespace
 
 nlohmann::json run_identity(const ModelConfig& model, const TrainerConfig& trainer)
@@ -45,12 +65,9 @@ nlohmann::json run_identity(const ModelConfig& model, const TrainerConfig& train
 	return j;
 }
 
-nlohmann::json read_identity(const nlohmann::json& saved, const nlohmann::json& now)
+nlohmann::json identity_by_id(const nlohmann::json& saved)
 {
-	bool by_flag = false;
-	for (const auto& [key, value] : saved.items())
-		by_flag = by_flag || key.starts_with("--");
-	if (!by_flag)
+	if (!keyed_by_flag(saved))
 		return saved;
 	nlohmann::json out = nlohmann::json::object();
 	for (const auto& [key, value] : saved.items()) {
@@ -61,10 +78,18 @@ nlohmann::json read_identity(const nlohmann::json& saved, const nlohmann::json& 
 			c = canonical(trainer_fields(), id, text);
 		out[id] = c.value_or(text);
 	}
-	for (const auto& [key, value] : now.items())
-		if (!out.contains(key))
-			out[key] = value;
 	return out;
+}
+
+nlohmann::json read_identity(const nlohmann::json& saved, const nlohmann::json& now)
+{
+	nlohmann::json out = identity_by_id(saved);
+	// A manifest keyed by flag did not hold the fields added since; they were not compared then.
+	if (keyed_by_flag(saved))
+		for (const auto& [key, value] : now.items())
+			if (!out.contains(key))
+				out[key] = value;
+	return only_fields_of(out, now);
 }
 
 } // namespace tower::cli

@@ -12,7 +12,13 @@ namespace tower::cli {
 // text (docs/checkpoints.md lists those that may). Checkpoints store it; resume compares it.
 nlohmann::json run_identity(const ModelConfig& model, const TrainerConfig& trainer);
 
-// A checkpoint's saved identity in the form run_identity() gives. Manifests written before the
+// A checkpoint's saved identity keyed by field id: a manifest written before the option tables,
+// keyed by tower train's flags ("--lr") with values as typed, is read through the rows (so
+// "dynamic:log2" becomes "dynamic"); a newer one is returned as it is.
+nlohmann::json identity_by_id(const nlohmann::json& saved);
+
+// A checkpoint's saved identity in the form run_identity() gives, limited to the fields `now`
+// holds (a row since marked may-change is no longer compared). Manifests written before the
 // option tables keyed it by tower train's flags ("--lr") with values as typed: those are read by
 // the rows (so "dynamic:log2" meets "dynamic"), and the fields they did not hold are taken from
 // `now` (they were not compared then).

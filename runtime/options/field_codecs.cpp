@@ -3,6 +3,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cctype>
 #include <cstdlib>
 
 #include <fmt/ranges.h>
@@ -41,11 +42,12 @@ bool in_range(double v, FieldRange range)
 
 } // namespace
 
+// Integers read as the command line always read them: decimal, 0x hex or 0 octal (base 0).
 int64_t parse_integer_field(const std::string& id, const std::string& text, FieldRange range)
 {
 	char* end = nullptr;
 	errno = 0;
-	const long long v = text.empty() ? 0 : std::strtoll(text.c_str(), &end, 10);
+	const long long v = text.empty() ? 0 : std::strtoll(text.c_str(), &end, 0);
 	if (text.empty() || *end != '\0' || errno == ERANGE)
 		refuse(id, "'" + text + "'", "not an integer", true, range);
 	if (!in_range(static_cast<double>(v), range))
@@ -53,14 +55,20 @@ int64_t parse_integer_field(const std::string& id, const std::string& text, Fiel
 	return v;
 }
 
+// As strtoull reads it (a seed of -1 is 2^64 - 1, as the command line always took it).
 uint64_t parse_unsigned_field(const std::string& id, const std::string& text)
 {
 	char* end = nullptr;
 	errno = 0;
-	const unsigned long long v = text.empty() || text[0] == '-' ? 0 : std::strtoull(text.c_str(), &end, 10);
-	if (text.empty() || text[0] == '-' || *end != '\0' || errno == ERANGE)
+	const unsigned long long v = text.empty() ? 0 : std::strtoull(text.c_str(), &end, 0);
+	if (text.empty() || *end != '\0' || errno == ERANGE)
 		refuse(id, "'" + text + "'", "not a whole number", true, FieldRange::non_negative);
 	return v;
+}
+
+void refuse_out_of_type(const std::string& id, const std::string& text, FieldRange range)
+{
+	refuse(id, text, "out of range", true, range);
 }
 
 double parse_number_field(const std::string& id, const std::string& text, FieldRange range)
@@ -74,13 +82,22 @@ double parse_number_field(const std::string& id, const std::string& text, FieldR
 	return v;
 }
 
+// The command line's forms, in any case: true, on, yes, enable, t, y, + or a number other than 0;
+// false, off, no, disable, f, n, - or 0.
 bool parse_bool_field(const std::string& id, const std::string& text)
 {
-	if (text == "true" || text == "1" || text == "on" || text == "yes")
+	std::string t = text;
+	for (char& ch : t)
+		ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+	if (t == "true" || t == "on" || t == "yes" || t == "enable" || t == "t" || t == "y" || t == "+")
 		return true;
-	if (text == "false" || text == "0" || text == "off" || text == "no")
+	if (t == "false" || t == "off" || t == "no" || t == "disable" || t == "f" || t == "n" || t == "-")
 		return false;
-	throw AgreedError(fmt::format("`{}` '{}': give true or false", id, text));
+	char* end = nullptr;
+	const long long n = t.empty() ? 0 : std::strtoll(t.c_str(), &end, 10);
+	if (t.empty() || *end != '\0')
+		throw AgreedError(fmt::format("`{}` '{}': give true or false", id, text));
+	return n != 0;
 }
 
 const std::string& parse_choice_field(const std::string& id, const std::string& text, const std::vector<std::string>& names)

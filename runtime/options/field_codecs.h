@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -19,6 +20,7 @@ namespace tower {
 // says what to give instead.
 int64_t parse_integer_field(const std::string& id, const std::string& text, FieldRange range);
 uint64_t parse_unsigned_field(const std::string& id, const std::string& text);
+[[noreturn]] void refuse_out_of_type(const std::string& id, const std::string& text, FieldRange range);
 double parse_number_field(const std::string& id, const std::string& text, FieldRange range);
 bool parse_bool_field(const std::string& id, const std::string& text);
 // `text` when it is one of `names`, else the error listing them.
@@ -54,7 +56,13 @@ Field<Config> number_field(std::string id, std::string help, FieldAccess<Config,
 	else if constexpr (std::is_unsigned_v<T>)
 		parse = [name](const std::string& t) { return static_cast<T>(parse_unsigned_field(name, t)); };
 	else
-		parse = [name, range](const std::string& t) { return static_cast<T>(parse_integer_field(name, t, range)); };
+		parse = [name, range](const std::string& t) {
+			const int64_t v = parse_integer_field(name, t, range);
+			if (v < static_cast<int64_t>(std::numeric_limits<T>::min()) ||
+			    v > static_cast<int64_t>(std::numeric_limits<T>::max()))
+				refuse_out_of_type(name, t, range); // an int field given more than an int holds
+			return static_cast<T>(v);
+		};
 	Field<Config> f = custom_field<Config, T>(
 		std::move(id), std::move(help), access, parse, [](const T& v) { return fmt::format("{}", v); },
 		[](const T& v) { return static_cast<T>(v + 1); });

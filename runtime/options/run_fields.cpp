@@ -47,7 +47,8 @@ std::vector<Field<TrainerConfig>> loop_rows()
 	data_seed.may_change_on_resume = true;
 	Field<TrainerConfig> tokens = number_field<TrainerConfig, int64_t>("tokens_per_sample", "Language models: the "
 		"tokens each sample predicts", of(&TrainerConfig::tokens_per_sample), F::non_negative);
-	tokens.front_end = false; // the program knows it from its model
+	tokens.front_end = false;          // the program knows it from its model
+	tokens.may_change_on_resume = true; // it changes what is reported, not what is computed
 	return {
 		may_change(number_field<TrainerConfig, int>("epochs", "Passes over the training set", of(&TrainerConfig::epochs),
 							    F::positive)),

@@ -185,6 +185,8 @@ std::optional<double> parse_decay(const std::string& t)
 	return parse_number_field("ema_decay", t, FieldRange::any);
 }
 
+// The rows of one strategy say how the ranks share the work, as the strategy does: like it, a
+// resumed run may change them (a checkpoint of sync-replicas resumes under replicated).
 std::vector<Row> detached_rows()
 {
 	return {
@@ -200,9 +202,9 @@ std::vector<Row> detached_rows()
 				"update (default: auto, one per worker; fewer leaves backup workers)",
 				[](StrategyOptions& s) -> int& { return s.replicas_to_aggregate; }, parse_aggregate,
 				[](const int& n) { return n == 0 ? std::string("auto") : std::to_string(n); },
-				[](const int& n) { return n == 0 ? 1 : 0; }), {"sync-replicas"}, false),
+				[](const int& n) { return n == 0 ? 1 : 0; }), {"sync-replicas"}, true),
 		with(bool_field<StrategyOptions>("async_scale", "async: scale each gradient by 1/workers (true) or apply it "
-				"as it is (false)", [](StrategyOptions& s) -> bool& { return s.async_scale; }), async, false),
+				"as it is (false)", [](StrategyOptions& s) -> bool& { return s.async_scale; }), async, true),
 		with(custom_field<StrategyOptions, bool>("async_staleness", "async: none or scale: a gradient s updates late "
 				"takes at most 1/(s+1) of the rate", [](StrategyOptions& s) -> bool& { return s.async_staleness_scale; },
 				[](const std::string& t) {
@@ -212,12 +214,12 @@ std::vector<Row> detached_rows()
 					return t == "scale";
 				},
 				[](const bool& b) { return std::string(b ? "scale" : "none"); }, [](const bool& b) { return !b; }),
-		     async, false),
+		     async, true),
 		with(custom_field<StrategyOptions, int64_t>("max_staleness", "async: none (workers never wait) or S >= 0: a "
 				"worker waits for its token while a gradient could arrive more than S updates late",
 				[](StrategyOptions& s) -> int64_t& { return s.max_staleness; }, parse_staleness_bound,
 				[](const int64_t& b) { return b < 0 ? std::string("none") : std::to_string(b); },
-				[](const int64_t& b) { return b < 0 ? int64_t{1} : int64_t{-1}; }), async, false),
+				[](const int64_t& b) { return b < 0 ? int64_t{1} : int64_t{-1}; }), async, true),
 	};
 }
 

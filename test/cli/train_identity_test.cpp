@@ -56,8 +56,14 @@ TEST_CASE("a manifest keyed by flag with another value differs in that field alo
 	CHECK(same == now);
 }
 
-TEST_CASE("today's manifests are read as they are")
+TEST_CASE("today's manifests are read as they are, less the fields today's identity does not hold")
 {
 	const nlohmann::json now = cli::run_identity(seeded(), TrainerConfig{});
 	CHECK(cli::read_identity(now, now) == now);
+	nlohmann::json saved = now;
+	saved["max_staleness"] = "2"; // held by an earlier identity, may change now
+	saved["lr"] = "0.1";
+	nlohmann::json expected = now;
+	expected["lr"] = "0.1";
+	CHECK(cli::read_identity(saved, now) == expected);
 }
