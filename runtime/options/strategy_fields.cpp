@@ -233,8 +233,9 @@ void set_nonfinite(StrategyOptions& s, const std::string& t)
 		return;
 	}
 	const auto colon = t.find(':');
+	const std::string s_text = t.substr(0, colon); // strtoll's end points into it
 	char* end = nullptr;
-	const long long step = std::strtoll(t.substr(0, colon).c_str(), &end, 10);
+	const long long step = std::strtoll(s_text.c_str(), &end, 10);
 	bool ok = colon != 0 && *end == '\0';
 	long long rank = 0;
 	if (ok && colon != std::string::npos) {
@@ -258,8 +259,9 @@ void set_delay(StrategyOptions& s, const std::string& t)
 		return;
 	}
 	const auto colon = t.find(':');
+	const std::string r_text = t.substr(0, colon); // strtoll's end points into it
 	char* end = nullptr;
-	const long long rank = colon == std::string::npos ? -1 : std::strtoll(t.substr(0, colon).c_str(), &end, 10);
+	const long long rank = colon == std::string::npos ? -1 : std::strtoll(r_text.c_str(), &end, 10);
 	bool ok = colon != std::string::npos && colon > 0 && *end == '\0' && rank >= 0;
 	const std::string m = ok ? t.substr(colon + 1) : std::string();
 	const double ms = ok && !m.empty() ? std::strtod(m.c_str(), &end) : -1;
