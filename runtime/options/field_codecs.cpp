@@ -48,7 +48,7 @@ int64_t parse_integer_field(const std::string& id, const std::string& text, Fiel
 	char* end = nullptr;
 	errno = 0;
 	const long long v = text.empty() ? 0 : std::strtoll(text.c_str(), &end, 0);
-	if (text.empty() || *end != '\0' || errno == ERANGE)
+	if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE)
 		refuse(id, "'" + text + "'", "not an integer", true, range);
 	if (!in_range(static_cast<double>(v), range))
 		refuse(id, text, "out of range", true, range);
@@ -61,21 +61,21 @@ uint64_t parse_unsigned_field(const std::string& id, const std::string& text)
 	char* end = nullptr;
 	errno = 0;
 	const unsigned long long v = text.empty() ? 0 : std::strtoull(text.c_str(), &end, 0);
-	if (text.empty() || *end != '\0' || errno == ERANGE)
+	if (text.empty() || end != text.c_str() + text.size() || errno == ERANGE)
 		refuse(id, "'" + text + "'", "not a whole number", true, FieldRange::non_negative);
 	return v;
 }
 
-void refuse_out_of_type(const std::string& id, const std::string& text, FieldRange range)
+void refuse_out_of_type(const std::string& id, const std::string& text, bool integer, FieldRange range)
 {
-	refuse(id, text, "out of range", true, range);
+	refuse(id, text, "out of range", integer, range);
 }
 
 double parse_number_field(const std::string& id, const std::string& text, FieldRange range)
 {
 	char* end = nullptr;
 	const double v = text.empty() ? 0 : std::strtod(text.c_str(), &end);
-	if (text.empty() || *end != '\0')
+	if (text.empty() || end != text.c_str() + text.size())
 		refuse(id, "'" + text + "'", "not a number", false, range);
 	if (!in_range(v, range) || std::isinf(v))
 		refuse(id, text, "out of range", false, range);
@@ -95,7 +95,7 @@ bool parse_bool_field(const std::string& id, const std::string& text)
 		return false;
 	char* end = nullptr;
 	const long long n = t.empty() ? 0 : std::strtoll(t.c_str(), &end, 10);
-	if (t.empty() || *end != '\0')
+	if (t.empty() || end != t.c_str() + t.size())
 		throw AgreedError(fmt::format("`{}` '{}': give true or false", id, text));
 	return n != 0;
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cmath>
 #include <functional>
 #include <limits>
 #include <optional>
@@ -20,7 +21,7 @@ namespace tower {
 // says what to give instead.
 int64_t parse_integer_field(const std::string& id, const std::string& text, FieldRange range);
 uint64_t parse_unsigned_field(const std::string& id, const std::string& text);
-[[noreturn]] void refuse_out_of_type(const std::string& id, const std::string& text, FieldRange range);
+[[noreturn]] void refuse_out_of_type(const std::string& id, const std::string& text, bool integer, FieldRange range);
 double parse_number_field(const std::string& id, const std::string& text, FieldRange range);
 bool parse_bool_field(const std::string& id, const std::string& text);
 // `text` when it is one of `names`, else the error listing them.
@@ -52,7 +53,12 @@ Field<Config> number_field(std::string id, std::string help, FieldAccess<Config,
 	const std::string name = id;
 	std::function<T(const std::string&)> parse;
 	if constexpr (std::is_floating_point_v<T>)
-		parse = [name, range](const std::string& t) { return static_cast<T>(parse_number_field(name, t, range)); };
+		parse = [name, range](const std::string& t) {
+			const T v = static_cast<T>(parse_number_field(name, t, range));
+			if (!std::isfinite(v))
+				refuse_out_of_type(name, t, false, range); // a float field given more than a float holds
+			return v;
+		};
 	else if constexpr (std::is_unsigned_v<T>)
 		parse = [name](const std::string& t) { return static_cast<T>(parse_unsigned_field(name, t)); };
 	else
@@ -60,7 +66,7 @@ Field<Config> number_field(std::string id, std::string help, FieldAccess<Config,
 			const int64_t v = parse_integer_field(name, t, range);
 			if (v < static_cast<int64_t>(std::numeric_limits<T>::min()) ||
 			    v > static_cast<int64_t>(std::numeric_limits<T>::max()))
-				refuse_out_of_type(name, t, range); // an int field given more than an int holds
+				refuse_out_of_type(name, t, true, range); // an int field given more than an int holds
 			return static_cast<T>(v);
 		};
 	Field<Config> f = custom_field<Config, T>(

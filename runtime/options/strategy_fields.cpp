@@ -1,6 +1,8 @@
 // The strategy's option table: how gradients are reduced (every strategy), the replicated
 // strategy's all-reduce, the owners' placement, async and sync-replicas, and the test hooks.
+#include <cerrno>
 #include <cstdlib>
+#include <limits>
 #include <optional>
 #include <sstream>
 
@@ -161,7 +163,7 @@ int parse_aggregate(const std::string& t)
 	if (t == "auto")
 		return 0;
 	const int64_t n = parse_integer_field("replicas_to_aggregate", t, FieldRange::any);
-	if (n < 1)
+	if (n < 1 || n > std::numeric_limits<int>::max())
 		throw AgreedError(fmt::format("`replicas_to_aggregate` {}: an update averages at least 1 gradient; give N >= 1, "
 					      "or auto for one per worker", t));
 	return static_cast<int>(n);
@@ -172,8 +174,9 @@ int64_t parse_staleness_bound(const std::string& t)
 	if (t == "none")
 		return -1;
 	char* end = nullptr;
+	errno = 0;
 	const long long s = t.empty() ? -1 : std::strtoll(t.c_str(), &end, 10);
-	if (t.empty() || *end != '\0' || s < 0)
+	if (t.empty() || end != t.c_str() + t.size() || errno == ERANGE || s < 0)
 		throw AgreedError(fmt::format("`max_staleness` {}: give S >= 0 updates (0 is lock-step) or none for no bound", t));
 	return s;
 }
@@ -235,15 +238,16 @@ void set_nonfinite(StrategyOptions& s, const std::string& t)
 	const auto colon = t.find(':');
 	const std::string s_text = t.substr(0, colon); // strtoll's end points into it
 	char* end = nullptr;
+	errno = 0;
 	const long long step = std::strtoll(s_text.c_str(), &end, 10);
-	bool ok = colon != 0 && *end == '\0';
+	bool ok = colon != 0 && end == s_text.c_str() + s_text.size();
 	long long rank = 0;
 	if (ok && colon != std::string::npos) {
 		const std::string r = t.substr(colon + 1);
 		rank = r.empty() ? -1 : std::strtoll(r.c_str(), &end, 10);
-		ok = !r.empty() && *end == '\0';
+		ok = !r.empty() && end == r.c_str() + r.size();
 	}
-	if (!ok || step < 1 || rank < 0)
+	if (!ok || errno == ERANGE || step < 1 || rank < 0 || rank > std::numeric_limits<int>::max())
 		throw AgreedError(fmt::format("`inject_nonfinite` '{}': write STEP[:RANK] with STEP >= 1 and RANK one of "
 					      "this job's ranks", t));
 	g.inject_nonfinite_step = step - 1;
@@ -262,10 +266,11 @@ void set_delay(StrategyOptions& s, const std::string& t)
 	const std::string r_text = t.substr(0, colon); // strtoll's end points into it
 	char* end = nullptr;
 	const long long rank = colon == std::string::npos ? -1 : std::strtoll(r_text.c_str(), &end, 10);
-	bool ok = colon != std::string::npos && colon > 0 && *end == '\0' && rank >= 0;
+	bool ok = colon != std::string::npos && colon > 0 && end == r_text.c_str() + r_text.size() && rank >= 0 &&
+		  rank <= std::numeric_limits<int>::max();
 	const std::string m = ok ? t.substr(colon + 1) : std::string();
 	const double ms = ok && !m.empty() ? std::strtod(m.c_str(), &end) : -1;
-	ok = ok && !m.empty() && *end == '\0' && ms >= 0 && ms <= 3.6e6;
+	ok = ok && !m.empty() && end == m.c_str() + m.size() && ms >= 0 && ms <= 3.6e6;
 	if (!ok)
 		throw AgreedError(fmt::format("`inject_delay` '{}': write RANK:MS, e.g. 2:40 for rank 2 sleeping 40 ms per "
 					      "step, with MS from 0 to 3600000", t));
@@ -310,6 +315,9 @@ GroupAssignment parse_groups(const std::string& text)
 	GroupAssignment groups;
 	std::stringstream all(text);
 	for (std::string group; !text.empty() && std::getline(all, group, ';');) {
+		if (group.empty())
+			throw AgreedError(fmt::format("`groups` '{}': a group with no ranks; write groups as comma-separated "
+						      "ranks separated by ';', e.g. '0,1;2,3'", text));
 		groups.emplace_back();
 		std::stringstream members(group);
 		for (std::string member; std::getline(members, member, ',');) {

@@ -5,5 +5,7 @@
 set -eu
 target=$1 seeds=$2 work=$3 seconds=$4 max_len=${5:-4096}
 mkdir -p "$work/corpus" "$work/crashes"
+# libFuzzer's own exit status on a crash is 77, which meson reads as a skip: 1 makes it a failure.
 exec "$target" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len="$max_len" -print_final_stats=1 \
+  -error_exitcode=1 \
   -artifact_prefix="$work/crashes/" "$work/corpus" "$seeds"
