@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "collectives/all_reduce_mode.h"
 #include "collectives/groups.h"
 #include "collectives/node_sharding.h"
 #include "collectives/reduce_op.h"
@@ -15,19 +16,6 @@
 #include "base/mpi/topology.h"
 
 namespace tower {
-
-enum class AllReduceMode { ring, hierarchical, naive };
-
-std::string_view all_reduce_mode_name(AllReduceMode mode);
-
-struct AllReduceOptions {
-	// The piece the CPU algorithms stream through at a time: the ring's message size and the
-	// shared-memory round of the hierarchical mode. Tests make it tiny to reach multi-piece paths.
-	size_t chunk_bytes = size_t{1} << 20;
-	// Sum every element in group-rank order, whatever the mode and node layout, so all modes
-	// give the same bits at any rank count (collectives/algorithms/all_reduce_ordered.h). Host buffers only.
-	bool deterministic = false;
-};
 
 // One all-reduce algorithm over one replica group. The constructor does all setup (private
 // communicators, shared-memory windows, NCCL communicators, staging buffers); run() only

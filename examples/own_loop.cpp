@@ -15,6 +15,7 @@
 #include "base/error.h"
 #include "base/mpi/topology.h"
 #include "base/mpi/world.h"
+#include "collectives/tensor_collectives.h"
 #include "runtime/distributed_optimizer.h"
 #include "runtime/strategies/detached_run.h"
 
@@ -78,12 +79,13 @@ struct Logistic {
 		return loss / static_cast<double>(count);
 	}
 
-	double accuracy(const Points& d) const
+	// Points of d[first, end) classified right.
+	int64_t right(const Points& d, int64_t first, int64_t end) const
 	{
-		int64_t right = 0;
-		for (int64_t i = 0; i < d.size(); ++i)
-			right += (probability(&d.x[2 * i]) > 0.5f) == (d.y[i] > 0.5f) ? 1 : 0;
-		return static_cast<double>(right) / static_cast<double>(d.size());
+		int64_t n = 0;
+		for (int64_t i = first; i < end; ++i)
+			n += (probability(&d.x[2 * i]) > 0.5f) == (d.y[i] > 0.5f) ? 1 : 0;
+		return n;
 	}
 };
 
@@ -134,9 +136,18 @@ int run(const tower::World& world, const std::string& strategy)
 			if (opt.begin_step())
 				step(opt, model, train, k);
 	opt.check_replicas(); // collective: every worker holds the same parameters
+	// Each rank scores its share of the test points; one all-reduce of the counts gives the whole.
+	tower::TensorCollectives collectives(world.comm(), tower::Device{});
+	tower::Tensor counts = tower::Tensor::zeros({2}, tower::DType::i64, tower::Device{});
+	const int64_t first = test.size() * world.rank() / world.size(), end = test.size() * (world.rank() + 1) / world.size();
+	counts.data_as<int64_t>()[0] = model.right(test, first, end);
+	counts.data_as<int64_t>()[1] = end - first;
+	collectives.all_reduce(counts, tower::ReduceOp::sum, "test counts");
+	const int64_t* total = counts.data_as<int64_t>();
+	const double accuracy = static_cast<double>(total[0]) / static_cast<double>(total[1]);
 	if (world.rank() == 0)
 		std::printf("own_loop: %s strategy, %d rank(s): test accuracy %.3f after %lld updates\n", strategy.c_str(),
-			    world.size(), model.accuracy(test), static_cast<long long>(updates));
+			    world.size(), accuracy, static_cast<long long>(updates));
 	return 0;
 }
 

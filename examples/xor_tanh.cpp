@@ -134,11 +134,11 @@ int train(const tower::World& world, const Options& o)
 	// Progress on rank 0's standard output and the metrics file, as tower train reports.
 	tower::RunReport report(world.comm(), o.metrics);
 	tower::Trainer trainer(topology, cpu, *model, train, test, config, &report);
-	const nlohmann::json summary = trainer.run();
+	const tower::RunResult result = trainer.run();
 	if (world.rank() == 0)
 		std::printf("xor_tanh: %s strategy, %s, %d rank(s): test accuracy %.3f after %lld steps\n",
-			    o.strategy.c_str(), summary["transport"].get<std::string>().c_str(), world.size(),
-			    summary["test_accuracy"].get<double>(), summary["steps"].get<long long>());
+			    o.strategy.c_str(), result.transport.c_str(), world.size(), result.test_accuracy.value_or(0),
+			    static_cast<long long>(result.steps));
 	return 0;
 }
 

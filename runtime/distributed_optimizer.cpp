@@ -6,6 +6,7 @@
 #include "runtime/options/field_rules.h"
 #include "runtime/options/run_fields.h"
 #include "runtime/safety/run_fingerprint.h"
+#include "runtime/strategies/strategy.h"
 
 namespace tower {
 
@@ -179,5 +180,15 @@ void DistributedOptimizer::variables_restored()
 	// Rank 0 saves in every strategy that checkpoints: its loss scale is the run's.
 	agree_on_scale(topology_, scaler_);
 }
+
+bool DistributedOptimizer::is_worker() const { return strategy().is_worker(); }
+int DistributedOptimizer::worker_index() const { return strategy().worker_index(); }
+int DistributedOptimizer::workers() const { return strategy().workers(); }
+bool DistributedOptimizer::has_averages() const { return strategy().has_averages(); }
+void DistributedOptimizer::use_averages(bool averaged) { strategy().use_averages(averaged); }
+uint64_t DistributedOptimizer::check_replicas() const { return strategy().check_replicas(); }
+StrategyFacts DistributedOptimizer::facts() const { return strategy().facts(); }
+DetachedRun* DistributedOptimizer::detached() { return strategy().detached(); }
+bool DistributedOptimizer::saves_variables() const { return strategy().saves_variables(); }
 
 } // namespace tower

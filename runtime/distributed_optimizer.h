@@ -13,9 +13,11 @@
 #include "optim/loss_scale.h"
 #include "optim/optimizer.h"
 #include "runtime/strategies/detached_run.h"
-#include "runtime/strategies/strategy.h"
+#include "runtime/strategies/strategy_options.h"
 
 namespace tower {
+
+class Strategy;
 
 struct DistributedOptimizerSettings {
 	// Names this optimizer in errors, logs and checkpoints, where its variables are saved as
@@ -98,25 +100,26 @@ public:
 
 	const std::string& name() const { return settings_.name; }
 	const std::vector<Parameter*>& parameters() const;
-	bool is_worker() const { return strategy().is_worker(); }
-	int worker_index() const { return strategy().worker_index(); }
-	int workers() const { return strategy().workers(); }
-	bool has_averages() const { return strategy().has_averages(); }
-	void use_averages(bool averaged) { strategy().use_averages(averaged); }
-	uint64_t check_replicas() const { return strategy().check_replicas(); }
-	StrategyFacts facts() const { return strategy().facts(); }
+	bool is_worker() const;
+	int worker_index() const;
+	int workers() const;
+	bool has_averages() const;
+	void use_averages(bool averaged);
+	uint64_t check_replicas() const;
+	StrategyFacts facts() const;
 	// Async and sync-replicas: their start() and finish() around the workers' loop
 	// (runtime/strategies/detached_run.h); nullptr under the lock-step strategies.
-	DetachedRun* detached() { return strategy().detached(); }
+	DetachedRun* detached();
 
 	// What a checkpoint holds of this optimizer on this rank, named "<name>/..." when it has a
 	// name: the strategy's variables (left to the optimizer it shares them with, if any), then
 	// the loss-scale state.
 	std::vector<NamedTensor> variables();
-	bool saves_variables() const { return strategy().saves_variables(); }
+	bool saves_variables() const;
 	// Collective, after a checkpoint's values were written into variables() on the saving ranks.
 	void variables_restored();
 
+	// The strategy itself (runtime/strategies/strategy.h: tower's own interface, not installed).
 	Strategy& strategy() const;
 
 private:

@@ -8,7 +8,7 @@
 
 #include "base/error.h"
 #include "base/mpi/world.h"
-#include "collectives/transports/communicator.h"
+#include "collectives/tensor_collectives.h"
 #include "runtime/observe/timeline.h"
 
 namespace tower::torch_adapter {
@@ -19,7 +19,7 @@ struct Process {
 	std::unique_ptr<World> world; // empty when the program started MPI itself
 	std::unique_ptr<timeline::Recording> timeline;
 	std::optional<Topology> topology;
-	std::unique_ptr<Communicator> host;
+	std::unique_ptr<TensorCollectives> collectives; // on the program's CPU tensors
 	MPI_Comm bookkeeping = MPI_COMM_NULL;
 };
 
@@ -58,7 +58,7 @@ void init()
 		p->world = std::make_unique<World>(nullptr, nullptr);
 	}
 	p->topology.emplace(MPI_COMM_WORLD, ranks_per_node_setting(std::nullopt));
-	p->host = make_communicator(MPI_COMM_WORLD, Device{});
+	p->collectives = std::make_unique<TensorCollectives>(MPI_COMM_WORLD, Device{});
 	MPI_Comm_dup(MPI_COMM_WORLD, &p->bookkeeping);
 	process = std::move(p);
 }
@@ -118,9 +118,9 @@ const Topology& topology()
 	return *current().topology;
 }
 
-Communicator& host_communicator()
+TensorCollectives& tensor_collectives()
 {
-	return *current().host;
+	return *current().collectives;
 }
 
 MPI_Comm private_comm()

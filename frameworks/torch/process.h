@@ -10,7 +10,7 @@
 #include "base/mpi/topology.h"
 
 namespace tower {
-class Communicator;
+class TensorCollectives;
 }
 
 namespace tower::torch_adapter {
@@ -34,10 +34,10 @@ void remove_closer(uint64_t key);
 [[noreturn]] void abort_job(int code);
 bool is_initialized();
 
-// The process's topology and a communicator on host memory for a program's own tensors. Throw
-// tower::Error naming tower.torch.init() before init() or after shutdown().
+// The process's topology and the collectives on a program's own CPU tensors. Throw tower::Error
+// naming tower.torch.init() before init() or after shutdown().
 const Topology& topology();
-Communicator& host_communicator();
+TensorCollectives& tensor_collectives();
 // A communicator of its own for the adapter's per-step bookkeeping, apart from the program's.
 MPI_Comm private_comm();
 

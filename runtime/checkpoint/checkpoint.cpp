@@ -31,18 +31,23 @@ namespace fs = std::filesystem;
 
 namespace {
 
+constexpr const char* position_keys[] = {"step", "epoch", "update_in_epoch", "samples_per_update", "skipped"};
+
+// The totals sit beside the position's own keys, as the trainer's counters always did, so that
+// checkpoints written before totals had a name of their own still resume.
 nlohmann::json position_json(const TrainingPosition& p)
 {
-	return {{"step", p.step},
-		{"epoch", p.epoch},
-		{"update_in_epoch", p.update_in_epoch},
-		{"samples_per_update", p.samples_per_update},
-		{"skipped", p.skipped},
-		{"train_s", p.train_s},
-		{"compute_s", p.compute_s},
-		{"allreduce_s", p.allreduce_s},
-		{"checkpoint_pause_s", p.checkpoint_pause_s},
-		{"checkpoints", p.checkpoints}};
+	nlohmann::json j = {{"step", p.step},
+			    {"epoch", p.epoch},
+			    {"update_in_epoch", p.update_in_epoch},
+			    {"samples_per_update", p.samples_per_update},
+			    {"skipped", p.skipped}};
+	for (const auto& [key, value] : p.totals) {
+		if (std::find(std::begin(position_keys), std::end(position_keys), key) != std::end(position_keys))
+			throw Error(fmt::format("a checkpoint total may not be named '{}', a key of the position itself", key));
+		j[key] = value;
+	}
+	return j;
 }
 
 TrainingPosition position_from(const nlohmann::json& j)
@@ -53,11 +58,10 @@ TrainingPosition position_from(const nlohmann::json& j)
 	p.update_in_epoch = j.at("update_in_epoch").get<int64_t>();
 	p.samples_per_update = j.at("samples_per_update").get<int64_t>();
 	p.skipped = j.at("skipped").get<int64_t>();
-	p.train_s = j.at("train_s").get<double>();
-	p.compute_s = j.at("compute_s").get<double>();
-	p.allreduce_s = j.at("allreduce_s").get<double>();
-	p.checkpoint_pause_s = j.at("checkpoint_pause_s").get<double>();
-	p.checkpoints = j.at("checkpoints").get<int64_t>();
+	for (const auto& [key, value] : j.items())
+		if (value.is_number() &&
+		    std::find(std::begin(position_keys), std::end(position_keys), key) == std::end(position_keys))
+			p.totals[key] = value.get<double>();
 	return p;
 }
 

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -35,9 +36,9 @@ struct TrainingPosition {
 	int64_t update_in_epoch = 0; // updates of that epoch done
 	int64_t samples_per_update = 0;
 	int64_t skipped = 0;         // skipped updates so far
-	// The run's counters up to this step, so that a resumed run's summary covers all of it.
-	double train_s = 0, compute_s = 0, allreduce_s = 0, checkpoint_pause_s = 0;
-	int64_t checkpoints = 0;     // before this one
+	// The program's own running totals up to this step (seconds, counts), saved and given back
+	// as they are, so that a resumed run's summary can cover all of it.
+	std::map<std::string, double> totals;
 };
 
 // The keys whose values differ between a saved identity and the current one, as

@@ -6,7 +6,7 @@
 #include <string_view>
 
 #include "base/device/device.h"
-#include "collectives/all_reduce.h"
+#include "collectives/all_reduce_mode.h"
 #include "collectives/reduce_op.h"
 #include "optim/loss_scale.h"
 

@@ -10,7 +10,7 @@
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
 #include "runtime/options/field.h"
-#include "runtime/strategies/strategy.h"
+#include "runtime/strategies/strategy_options.h"
 #include "runtime/training/trainer.h"
 
 namespace tower {

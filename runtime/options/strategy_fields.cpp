@@ -9,6 +9,7 @@
 #include <fmt/ranges.h>
 
 #include "base/error.h"
+#include "runtime/strategies/fault_injection.h"
 #include "runtime/options/field_codecs.h"
 #include "runtime/options/names.h"
 #include "runtime/options/run_fields.h"
@@ -229,10 +230,8 @@ std::vector<Row> detached_rows()
 // "STEP[:RANK]", STEP counted from 1 as the logs count it; RANK 0 unless given.
 void set_nonfinite(StrategyOptions& s, const std::string& t)
 {
-	GradientOptions& g = s.gradients;
 	if (t.empty() || t == "none") {
-		g.inject_nonfinite_step = -1;
-		g.inject_nonfinite_rank = 0;
+		edit_faults(s, [](FaultInjection& f) { f.nonfinite_step = -1, f.nonfinite_rank = 0; });
 		return;
 	}
 	const auto colon = t.find(':');
@@ -250,16 +249,14 @@ void set_nonfinite(StrategyOptions& s, const std::string& t)
 	if (!ok || errno == ERANGE || step < 1 || rank < 0 || rank > std::numeric_limits<int>::max())
 		throw AgreedError(fmt::format("`inject_nonfinite` '{}': write STEP[:RANK] with STEP >= 1 and RANK one of "
 					      "this job's ranks", t));
-	g.inject_nonfinite_step = step - 1;
-	g.inject_nonfinite_rank = static_cast<int>(rank);
+	edit_faults(s, [&](FaultInjection& f) { f.nonfinite_step = step - 1, f.nonfinite_rank = static_cast<int>(rank); });
 }
 
 // "RANK:MS": a straggler for tests, demos and benchmarks.
 void set_delay(StrategyOptions& s, const std::string& t)
 {
 	if (t.empty() || t == "none") {
-		s.inject_delay_rank = -1;
-		s.inject_delay_ms = 0;
+		edit_faults(s, [](FaultInjection& f) { f.delay_rank = -1, f.delay_ms = 0; });
 		return;
 	}
 	const auto colon = t.find(':');
@@ -274,8 +271,7 @@ void set_delay(StrategyOptions& s, const std::string& t)
 	if (!ok)
 		throw AgreedError(fmt::format("`inject_delay` '{}': write RANK:MS, e.g. 2:40 for rank 2 sleeping 40 ms per "
 					      "step, with MS from 0 to 3600000", t));
-	s.inject_delay_rank = static_cast<int>(rank);
-	s.inject_delay_ms = ms;
+	edit_faults(s, [&](FaultInjection& f) { f.delay_rank = static_cast<int>(rank), f.delay_ms = ms; });
 }
 
 std::vector<Row> hook_rows()
@@ -283,18 +279,18 @@ std::vector<Row> hook_rows()
 	Row nonfinite = text_row(
 		"inject_nonfinite", "STEP[:RANK]: put a NaN into RANK's gradient at STEP (tests, demos)",
 		[](const StrategyOptions& s) {
-			const GradientOptions& g = s.gradients;
-			return g.inject_nonfinite_step < 0 ? std::string("none")
-							   : fmt::format("{}:{}", g.inject_nonfinite_step + 1, g.inject_nonfinite_rank);
+			const FaultInjection& f = faults_of(s);
+			return f.nonfinite_step < 0 ? std::string("none") : fmt::format("{}:{}", f.nonfinite_step + 1, f.nonfinite_rank);
 		},
 		set_nonfinite,
-		[](const StrategyOptions& s) { return std::string(s.gradients.inject_nonfinite_step < 0 ? "3:0" : "none"); });
+		[](const StrategyOptions& s) { return std::string(faults_of(s).nonfinite_step < 0 ? "3:0" : "none"); });
 	Row delay = text_row(
 		"inject_delay", "RANK:MS: that rank sleeps MS milliseconds in every step before it sends its gradient (tests, demos)",
 		[](const StrategyOptions& s) {
-			return s.inject_delay_rank < 0 ? std::string("none") : fmt::format("{}:{}", s.inject_delay_rank, s.inject_delay_ms);
+			const FaultInjection& f = faults_of(s);
+			return f.delay_rank < 0 ? std::string("none") : fmt::format("{}:{}", f.delay_rank, f.delay_ms);
 		},
-		set_delay, [](const StrategyOptions& s) { return std::string(s.inject_delay_rank < 0 ? "1:5" : "none"); });
+		set_delay, [](const StrategyOptions& s) { return std::string(faults_of(s).delay_rank < 0 ? "1:5" : "none"); });
 	delay.may_change_on_resume = true;
 	return {nonfinite, delay};
 }

@@ -102,9 +102,9 @@ uint64_t OwnedVariables::check_replicas() const
 	return check_replicas_of(worker_comm_.get(), values);
 }
 
-StrategyFacts OwnedVariables::facts(const std::string& name) const
+StrategyDescription OwnedVariables::describe(const std::string& name) const
 {
-	StrategyFacts f;
+	StrategyDescription f;
 	f.name = name;
 	for (const Parameter& p : owned)
 		f.parameter_bytes += p.value.bytes();

@@ -52,7 +52,7 @@ public:
 	// Collective: the workers' models are equal (0 on a server, which holds none).
 	uint64_t check_replicas() const;
 	// The facts every owner strategy reports alike; the caller adds its transport's.
-	StrategyFacts facts(const std::string& name) const;
+	StrategyDescription describe(const std::string& name) const;
 
 private:
 	std::vector<Parameter*> parameters_;

@@ -1,4 +1,5 @@
 // The strategy factory: turns a name and its options into a way of training.
+#include "runtime/strategies/fault_injection.h"
 #include "runtime/strategies/strategy.h"
 
 #include <fmt/ranges.h>
@@ -21,16 +22,14 @@ namespace {
 // The test hooks name ranks of this job.
 void check_injections(const StrategyOptions& options, int world_size)
 {
-	const GradientOptions& g = options.gradients;
-	if (g.inject_nonfinite_step >= 0 && (g.inject_nonfinite_rank < 0 || g.inject_nonfinite_rank >= world_size))
+	const FaultInjection& f = faults_of(options);
+	if (f.nonfinite_step >= 0 && (f.nonfinite_rank < 0 || f.nonfinite_rank >= world_size))
 		throw AgreedError(fmt::format("`inject_nonfinite` '{}:{}': rank {} is outside this job's ranks 0..{}; write "
 					      "STEP[:RANK] with STEP >= 1 and RANK one of this job's ranks",
-					      g.inject_nonfinite_step + 1, g.inject_nonfinite_rank, g.inject_nonfinite_rank,
-					      world_size - 1));
-	if (options.inject_delay_rank >= world_size)
-		throw AgreedError(fmt::format("`inject_delay` '{}:{}': rank {} is outside this job's ranks 0..{}",
-					      options.inject_delay_rank, options.inject_delay_ms, options.inject_delay_rank,
-					      world_size - 1));
+					      f.nonfinite_step + 1, f.nonfinite_rank, f.nonfinite_rank, world_size - 1));
+	if (f.delay_rank >= world_size)
+		throw AgreedError(fmt::format("`inject_delay` '{}:{}': rank {} is outside this job's ranks 0..{}", f.delay_rank,
+					      f.delay_ms, f.delay_rank, world_size - 1));
 }
 
 } // namespace

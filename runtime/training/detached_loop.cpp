@@ -39,7 +39,7 @@ nlohmann::json Trainer::Run::run_detached(DetachedRun& detached)
 		p.step = update;
 		p.update_in_epoch = update;
 		p.samples_per_update = samples_per_update;
-		p.train_s = resumed_train_s_ + seconds_since(start);
+		p.totals = {{"train_s", resumed_train_s_ + seconds_since(start)}};
 		checkpointer_.save_owner_snapshot(p);
 	};
 	detached.start(plan);

@@ -1,5 +1,6 @@
 // The lock-step loop (replicated, parameter-server): every rank takes each update together, epoch
 // after epoch, with logging windows, replica checks and checkpoints between updates.
+#include "runtime/strategies/fault_injection.h"
 #include "runtime/training/run.h"
 
 #include <algorithm>
@@ -56,8 +57,8 @@ void Trainer::Run::train_step(int epoch, int64_t update_in_epoch)
 		}
 		const Batch& batch = assemble(epoch, first + c_.accumulate - 1);
 		// A straggler: lock-step strategies wait for it inside the step.
-		if (topology_.rank() == c_.strategy.inject_delay_rank)
-			std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(c_.strategy.inject_delay_ms));
+		if (topology_.rank() == faults_of(c_.strategy).delay_rank)
+			std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(faults_of(c_.strategy).delay_ms));
 		s = tower_->step(batch, lr_);
 		if (c_.accumulate > 1) {
 			s.forward.loss = static_cast<float>((earlier_loss + s.forward.loss) / c_.accumulate);

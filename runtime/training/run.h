@@ -10,6 +10,7 @@
 #include "runtime/evaluate.h"
 #include "runtime/observe/timeline.h"
 #include "runtime/strategies/detached_run.h"
+#include "runtime/strategies/strategy.h"
 #include "runtime/training/trainer.h"
 
 namespace tower {
@@ -86,7 +87,7 @@ private:
 	timeline::Recording timeline_; // started before the strategy is built: spans there are recorded too
 	const SampleSet& test_;
 	std::unique_ptr<Tower> tower_;
-	StrategyFacts facts_;
+	StrategyDescription facts_;
 	DistributedSampler sampler_;
 	SampleBatcher batcher_;
 	int64_t total_steps_;

@@ -54,7 +54,7 @@ Trainer::Run::Run(const Topology& topology, const Device& device, Model& model, 
 	  timeline_(topology.world(), c.timeline_path),
 	  test_(test),
 	  tower_(std::make_unique<Tower>(topology, device, model, c.optimizer, c.strategy, unchecked())),
-	  facts_(tower_->facts()),
+	  facts_(tower_->optimizer().strategy().describe()),
 	  sampler_(train.size(), c.batch, std::max(tower_->worker_index(), 0), tower_->workers(), c.data_seed),
 	  batcher_(train, c.batch, device), total_steps_(planned_steps(c, sampler_.steps_per_epoch())),
 	  schedule_(make_schedule(schedule_for(c, total_steps_))),
@@ -111,11 +111,11 @@ void Trainer::Run::save_checkpoint()
 	p.update_in_epoch = next_update_;
 	p.samples_per_update = samples_per_step();
 	p.skipped = skipped_;
-	p.train_s = train_s_;
-	p.compute_s = compute_s_;
-	p.allreduce_s = allreduce_s_;
-	p.checkpoint_pause_s = checkpoint_s_;
-	p.checkpoints = checkpoints_;
+	p.totals = {{"train_s", train_s_},
+		    {"compute_s", compute_s_},
+		    {"allreduce_s", allreduce_s_},
+		    {"checkpoint_pause_s", checkpoint_s_},
+		    {"checkpoints", static_cast<double>(checkpoints_)}};
 	const double took = checkpointer_.save(p);
 	saved_step_ = step_;
 	checkpoint_s_ += took;
@@ -136,12 +136,16 @@ void Trainer::Run::resume(int64_t* first_update)
 	step_ = p->step;
 	// The counters carry on from the checkpoint, so the summary covers the whole run (less the
 	// steps a failure lost after it).
-	train_s_ = p->train_s;
-	resumed_train_s_ = p->train_s;
-	compute_s_ = p->compute_s;
-	allreduce_s_ = p->allreduce_s;
-	checkpoint_s_ = p->checkpoint_pause_s;
-	checkpoints_ = p->checkpoints;
+	const auto total = [&](const char* key) {
+		const auto it = p->totals.find(key);
+		return it == p->totals.end() ? 0.0 : it->second;
+	};
+	train_s_ = total("train_s");
+	resumed_train_s_ = train_s_;
+	compute_s_ = total("compute_s");
+	allreduce_s_ = total("allreduce_s");
+	checkpoint_s_ = total("checkpoint_pause_s");
+	checkpoints_ = static_cast<int64_t>(total("checkpoints"));
 	// A checkpoint of the detached strategies counts its walk in updates of epoch 0, and one of
 	// another size may land past an epoch's end: whole epochs first.
 	const int64_t per_epoch = updates_per_epoch(c_, sampler_.steps_per_epoch());
@@ -187,9 +191,21 @@ Trainer::Trainer(const Topology& topology, const Device& device, Model& model, c
 
 Trainer::~Trainer() = default;
 
-nlohmann::json Trainer::run()
+RunResult Trainer::run()
 {
-	return run_->run();
+	const nlohmann::json s = run_->run();
+	RunResult r;
+	r.steps = s.at("steps").get<int64_t>();
+	r.skipped_steps = s.at("skipped_steps").get<int64_t>();
+	r.train_s = s.at("train_s").get<double>();
+	r.samples_per_s = s.at("samples_per_s").get<double>();
+	r.replica_hash = std::stoull(s.at("replica_hash").get<std::string>(), nullptr, 16);
+	if (!s.at("test_accuracy").is_null())
+		r.test_accuracy = s["test_accuracy"].get<double>();
+	if (!s.at("test_loss").is_null())
+		r.test_loss = s["test_loss"].get<double>();
+	r.transport = s.at("transport").get<std::string>();
+	return r;
 }
 
 Tower& Trainer::tower()

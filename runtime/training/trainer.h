@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -44,6 +45,19 @@ struct TrainerConfig {
 	RunFingerprint program_fields;
 };
 
+// What a run ended with, the same on every rank. The whole summary (every key of tower train's
+// metrics file) goes to the observer's finished().
+struct RunResult {
+	int64_t steps = 0;                   // updates, skipped ones included
+	int64_t skipped_steps = 0;
+	double train_s = 0;
+	double samples_per_s = 0;
+	uint64_t replica_hash = 0;           // the workers' parameters' (check_replicas())
+	std::optional<double> test_accuracy; // a classifier's, when the run evaluated
+	std::optional<double> test_loss;     // when the run evaluated
+	std::string transport;               // how the gradients travelled: "ring all-reduce", ...
+};
+
 // The fields of `c` that every rank must share, its optimizer, schedule and strategy included
 // (runtime/safety/run_fingerprint.h).
 void describe(RunFingerprint& f, const TrainerConfig& c);
@@ -62,9 +76,8 @@ public:
 	Trainer(const Trainer&) = delete;
 	Trainer& operator=(const Trainer&) = delete;
 
-	// Collective: runs every planned step and returns the run's summary (the same object on
-	// every rank; rank 0's observer was given it).
-	nlohmann::json run();
+	// Collective: runs every planned step; rank 0's observer was given the whole summary.
+	RunResult run();
 
 	Tower& tower();
 

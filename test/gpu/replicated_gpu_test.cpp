@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/device/device.h"
+#include "runtime/strategies/fault_injection.h"
 #include "runtime/observe/timeline.h"
 #include "test/harness/mpi_main.h"
 #include "test/runtime/training_fixture.h"
@@ -35,7 +36,7 @@ tower::test::RunSpec spec_for(const Device& device, AllReduceMode mode, bool ove
 	spec.options.overlap = overlap;
 	spec.options.compress = compress;
 	spec.options.fusion_mb = 0.01; // several buckets, so backward and the all-reduce can overlap
-	spec.options.reduce_alone = true;
+	spec.options.faults.reduce_alone = true;
 	return spec;
 }
 

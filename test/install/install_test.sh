@@ -26,7 +26,7 @@ case "$flags" in *"$source"*|*"$build"*) fail "pkg-config flags reach into the s
 
 include=$root/include/tower
 # The internals stay out; every quoted include of an installed header is installed too.
-for internal in collectives/transports/shm_window.h collectives/transports/shm_node.h runtime/strategies/replicated/sharded_update.h models/kernels/cpu/cpu_ops.h; do
+for internal in collectives/transports/shm_window.h collectives/transports/shm_node.h runtime/strategies/replicated/sharded_update.h models/kernels/cpu/cpu_ops.h runtime/strategies/strategy.h runtime/strategies/fault_injection.h runtime/options/run_fields.h collectives/all_reduce.h; do
   [ ! -e "$include/$internal" ] || fail "internal header $internal is installed"
 done
 missing=$(cd "$include" && for h in $(find . -name '*.h'); do

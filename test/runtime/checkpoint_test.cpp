@@ -68,7 +68,7 @@ std::string trained_hash(const TrainerConfig& c, std::optional<int> ranks_per_no
 	const Device cpu;
 	auto model = make_model({"mlp", 32, 1, 7, precision}, cpu);
 	Trainer trainer(topology, cpu, *model, data, no_test_data, c);
-	const std::string parameters = trainer.run().at("replica_hash").get<std::string>();
+	const std::string parameters = fmt::format("{:016x}", trainer.run().replica_hash);
 	Tower& strategy = trainer.tower();
 	strategy.use_averages(true);
 	const uint64_t averaged = strategy.check_replicas();

@@ -12,6 +12,7 @@
 #include "models/model_factory.h"
 #include "base/error.h"
 #include "base/mpi/mpi_check.h"
+#include "runtime/strategies/fault_injection.h"
 #include "runtime/strategies/async/async_rule.h"
 #include "runtime/strategies/detached/detached_strategy.h"
 #include "runtime/tower.h"
@@ -191,8 +192,7 @@ TEST_CASE("sync-replicas with a straggler averages exactly N fresh gradients and
 		if (workers < 2)
 			continue;
 		StrategyOptions o = options("sync-replicas", servers, workers - 1);
-		o.inject_delay_rank = world().size() - 1;
-		o.inject_delay_ms = 10;
+		edit_faults(o, [](FaultInjection& f) { f.delay_rank = world().size() - 1, f.delay_ms = 10; });
 		const Detached run = run_detached(o, OptimizerConfig{}, 1000);
 		const int64_t pushes = sum_over_world(static_cast<int64_t>(run.token_steps.size()));
 		check_counts(run.totals, pushes, 1000, workers - 1);
@@ -234,7 +234,7 @@ TEST_CASE("async applies every gradient exactly once, scaled by 1/workers")
 		o.async_scale = scale;
 		o.max_staleness = -1; // the seed's semantics: no worker ever waits
 		if (world().size() > 1)
-			o.inject_delay_rank = 1, o.inject_delay_ms = 5;
+			edit_faults(o, [](FaultInjection& f) { f.delay_rank = 1, f.delay_ms = 5; });
 		const Detached run = run_detached(o, sgd, 10);
 		const int workers = world().size();
 		const int64_t pushes = sum_over_world(static_cast<int64_t>(run.token_steps.size()));
@@ -459,7 +459,7 @@ TEST_CASE("async with `max_staleness` S applies no gradient more than S updates 
 		StrategyOptions o = options("async");
 		o.max_staleness = bound;
 		if (workers > 1)
-			o.inject_delay_rank = 1, o.inject_delay_ms = 5;
+			edit_faults(o, [](FaultInjection& f) { f.delay_rank = 1, f.delay_ms = 5; });
 		const Detached run = run_detached(o, sgd, 10);
 		check_counts(run.totals, 10 * workers, 10 * workers, 1);
 		for (const auto& owner : run.totals["owners"]) {

@@ -4,6 +4,7 @@
 
 #include <doctest/doctest.h>
 
+#include "runtime/strategies/fault_injection.h"
 #include "runtime/options/names.h"
 #include "data/batch_assembler.h"
 #include "base/mpi/mpi_check.h"
@@ -63,8 +64,8 @@ TEST_CASE("a NaN on one rank makes every rank skip that step, lower the scale, a
 		spec.steps = 40;
 		spec.options.overlap = overlap;
 		spec.options.loss_scale = parse_loss_scale("dynamic");
-		spec.options.inject_nonfinite_step = bad_step;
-		spec.options.inject_nonfinite_rank = world().size() - 1;
+		spec.options.faults.nonfinite_step = bad_step;
+		spec.options.faults.nonfinite_rank = world().size() - 1;
 		std::vector<std::vector<float>> before;
 		std::vector<StepStats> seen;
 		spec.after_step = [&](const tower::test::ModelEngine& b, const StepStats& s, int step) {

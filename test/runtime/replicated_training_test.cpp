@@ -7,6 +7,7 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include "runtime/strategies/fault_injection.h"
 #include "runtime/options/names.h"
 #include "data/batch_assembler.h"
 #include "models/model_factory.h"
@@ -362,7 +363,7 @@ TEST_CASE("reduce_alone runs the collective and its compression in a group of on
 	spec.options.fusion_mb = 0.01;
 	const auto run = [&](DType compress, bool reduce_alone) {
 		spec.options.compress = compress;
-		spec.options.reduce_alone = reduce_alone;
+		spec.options.faults.reduce_alone = reduce_alone;
 		return tower::test::run_training(alone, spec, data);
 	};
 	const Trained plain = run(DType::f32, false);

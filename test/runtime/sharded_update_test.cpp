@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 #include <fmt/format.h>
 
+#include "runtime/strategies/fault_injection.h"
 #include "runtime/options/names.h"
 #include "collectives/fusion/bucket_plan.h"
 #include "collectives/fusion/pack.h"
@@ -194,8 +195,8 @@ TEST_CASE("a non-finite gradient makes every rank skip the sharded update")
 {
 	RunSpec spec;
 	spec.steps = 8;
-	spec.options.inject_nonfinite_step = 4;
-	spec.options.inject_nonfinite_rank = world().size() - 1;
+	spec.options.faults.nonfinite_step = 4;
+	spec.options.faults.nonfinite_rank = world().size() - 1;
 	std::vector<int> skipped;
 	spec.after_step = [&](const tower::test::ModelEngine&, const StepStats& stats, int step) {
 		if (stats.skipped)

@@ -13,6 +13,7 @@
 #include "models/model_factory.h"
 #include "base/error.h"
 #include "base/mpi/mpi_check.h"
+#include "runtime/strategies/fault_injection.h"
 #include "runtime/strategies/strategy.h"
 #include "runtime/tower.h"
 #include "test/harness/mpi_main.h"
@@ -29,7 +30,7 @@ constexpr float lr = 0.05f;
 struct Outcome {
 	std::vector<std::vector<float>> parameters; // empty on a server rank
 	float first_loss = 0, last_loss = 0;
-	StrategyFacts facts;
+	StrategyDescription facts;
 };
 
 // Trains a small MLP for `steps` updates; every worker takes its shard of the same global batches.
@@ -58,7 +59,7 @@ Outcome train(const Topology& topology, const StrategyOptions& options, const Op
 	strategy->check_replicas();
 	if (strategy->is_worker())
 		out.parameters = tower::test::parameter_values(*model);
-	out.facts = strategy->facts();
+	out.facts = strategy->optimizer().strategy().describe();
 	return out;
 }
 
@@ -175,8 +176,7 @@ TEST_CASE("a non-finite gradient skips the parameter-server step on every rank")
 			StrategyOptions o = parameter_server(world().size() > 2 ? 1 : 0);
 			if (injected == 0 && o.ps_ranks == 0)
 				continue;
-			o.gradients.inject_nonfinite_step = 2;
-			o.gradients.inject_nonfinite_rank = injected;
+			edit_faults(o, [&](FaultInjection& f) { f.nonfinite_step = 2, f.nonfinite_rank = injected; });
 			std::vector<std::vector<float>> before;
 			const Topology topology(world().comm(), ranks_per_node(transport));
 			bool skipped_at_2 = false, changed_at_3 = false;

@@ -1,5 +1,6 @@
 // What the async and sync-replicas strategies share: workers that fetch variables from their
 // owners, compute, and push gradients back without waiting for each other.
+#include "runtime/strategies/fault_injection.h"
 #include "runtime/strategies/detached/detached_strategy.h"
 
 #include <algorithm>
@@ -30,7 +31,7 @@ void check_options(const StrategyOptions& o, const std::string& name)
 	refuse(!o.replicated.groups.empty(), "`groups`");
 	refuse(o.gradients.compress != DType::f32, "`compress`");
 	refuse(o.gradients.loss_scale.mode != LossScaleMode::none, "`loss_scale`");
-	refuse(o.gradients.inject_nonfinite_step >= 0, "`inject_nonfinite`");
+	refuse(faults_of(o).nonfinite_step >= 0, "`inject_nonfinite`");
 	refuse(o.gradients.reduce != ReduceOp::mean, "`reduce` sum");
 }
 
@@ -212,8 +213,8 @@ StepStats DetachedStrategy::step(const StepRequest& request)
 	in_step_ = false;
 	StepStats stats;
 	stats.micro_batches = request.micro_batches;
-	if (rank_ == options_.inject_delay_rank)
-		std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(options_.inject_delay_ms));
+	if (rank_ == faults_of(options_).delay_rank)
+		std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(faults_of(options_).delay_ms));
 	const auto begin = Clock::now();
 	push(tags_, request);
 	stats.allreduce_s = fetch_s_ + seconds_since(begin);
@@ -329,9 +330,9 @@ uint64_t DetachedStrategy::check_replicas() const
 	return core_.check_replicas();
 }
 
-StrategyFacts DetachedStrategy::facts() const
+StrategyDescription DetachedStrategy::describe() const
 {
-	StrategyFacts f = core_.facts(name_);
+	StrategyDescription f = core_.describe(name_);
 	f.transport = "push to owners, fetch from owners";
 	f.moved_bytes_per_step = 2 * f.gradient_bytes_per_step;
 	f.layout = fmt::format("variables placed on the least-loaded owner by bytes; rank 0 is the chief:\n{}",

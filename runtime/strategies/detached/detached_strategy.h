@@ -60,7 +60,7 @@ public:
 	void variables_restored() override { publish(); }
 	uint64_t check_replicas() const override;
 	int64_t steps() const override { return core_.steps(); }
-	StrategyFacts facts() const override;
+	StrategyDescription describe() const override;
 
 	const Placement& placement() const { return core_.placement(); }
 	const UpdateRule& rule() const { return *rule_; }

@@ -1,5 +1,6 @@
 // The parameter-server strategy: one owner per variable slice, gradients reduced to the owner,
 // the optimizer applied once there, and the new values sent back to every worker.
+#include "runtime/strategies/fault_injection.h"
 #include "runtime/strategies/parameter_server/parameter_server.h"
 
 #include <algorithm>
@@ -61,7 +62,7 @@ void ParameterServerStrategy::take_initial_values()
 
 bool ParameterServerStrategy::injecting() const
 {
-	return core_.steps() == options_.gradients.inject_nonfinite_step && rank_ == options_.gradients.inject_nonfinite_rank;
+	return core_.steps() == faults_of(options_).nonfinite_step && rank_ == faults_of(options_).nonfinite_rank;
 }
 
 bool ParameterServerStrategy::finish_owned(float worker_factor, float owner_factor, double* grad_norm)
@@ -132,9 +133,9 @@ uint64_t ParameterServerStrategy::check_replicas() const
 	return core_.check_replicas();
 }
 
-StrategyFacts ParameterServerStrategy::facts() const
+StrategyDescription ParameterServerStrategy::describe() const
 {
-	StrategyFacts f = core_.facts("parameter-server");
+	StrategyDescription f = core_.describe("parameter-server");
 	f.transport = transport_->name();
 	f.moved_bytes_per_step = transport_->moved_bytes();
 	if (is_worker()) {

@@ -80,7 +80,7 @@ ReplicatedEngine::ReplicatedEngine(const Topology& topology, const Device& devic
 							  optimizer_, compute_type_);
 	else
 		update_ = std::make_unique<WholeUpdate>(*all_reduce_, plan_, bucket_storage_, compressed_storage_, device_,
-							options_.reduce, parameters_, optimizer_, options_.reduce_alone);
+							options_.reduce, parameters_, optimizer_, options_.faults.reduce_alone);
 	if (options_.overlap)
 		start_comm_thread();
 }
@@ -292,7 +292,7 @@ void ReplicatedEngine::wait_for_reported_buckets()
 
 void ReplicatedEngine::poison_if_injecting(const Parameter& parameter)
 {
-	if (poisoned_ || steps() != options_.inject_nonfinite_step || topology_.rank() != options_.inject_nonfinite_rank)
+	if (poisoned_ || steps() != options_.faults.nonfinite_step || topology_.rank() != options_.faults.nonfinite_rank)
 		return;
 	const float nan = std::numeric_limits<float>::quiet_NaN();
 	copy_bytes(parameter.grad.data(), parameter.grad.device(), &nan, Device{}, sizeof nan);

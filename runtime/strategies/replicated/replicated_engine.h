@@ -11,6 +11,7 @@
 #include "base/device/stream.h"
 #include "base/tensor/named_tensor.h"
 #include "optim/optimizer.h"
+#include "runtime/strategies/fault_injection.h"
 #include "runtime/strategies/replicated/comm_thread.h"
 #include "runtime/strategies/replicated/gradient_update.h"
 #include "runtime/strategies/strategy.h"
@@ -19,7 +20,9 @@
 namespace tower {
 
 // Everything the engine is told: what every strategy shares, and the replicated strategy's own.
-struct ReplicatedEngineOptions : GradientOptions, ReplicatedOptions {};
+struct ReplicatedEngineOptions : GradientOptions, ReplicatedOptions {
+	FaultInjection faults; // tests and demos: a NaN put in, a collective in a group of one
+};
 
 class ReplicatedEngine {
 	using Clock = std::chrono::steady_clock;

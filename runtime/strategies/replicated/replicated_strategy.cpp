@@ -1,5 +1,6 @@
 // The replicated strategy: every rank holds the whole model and optimizer, kept in lock-step by
 // the replicated engine's fused all-reduce.
+#include "runtime/strategies/fault_injection.h"
 #include "runtime/strategies/replicated/replicated_strategy.h"
 
 #include "collectives/broadcast_named.h"
@@ -34,7 +35,7 @@ ReplicatedStrategy::ReplicatedStrategy(const Topology& topology, const Device& d
 	: topology_(topology), rank_(topology.rank()), world_size_(topology.size()), parameters_(parameters.parameters),
 	  optimizer_(make_optimizer(optimizer, parameters_)),
 	  engine_(std::make_unique<ReplicatedEngine>(topology, device, parameters, *optimizer_,
-						     ReplicatedEngineOptions{options.gradients, options.replicated}))
+						     ReplicatedEngineOptions{options.gradients, options.replicated, faults_of(options)}))
 {
 	// The engine has made every replica rank 0's, so the averages start equal everywhere.
 	if (options.ema_decay)
@@ -89,9 +90,9 @@ void ReplicatedStrategy::variables_restored()
 	});
 }
 
-StrategyFacts ReplicatedStrategy::facts() const
+StrategyDescription ReplicatedStrategy::describe() const
 {
-	StrategyFacts f;
+	StrategyDescription f;
 	f.name = "replicated";
 	f.transport = std::string(all_reduce_mode_name(engine_->mode())) + " all-reduce";
 	// Under a sharded update the node's first rank holds the variables its ranks share.

@@ -27,7 +27,7 @@ public:
 	void variables_restored() override;
 	uint64_t check_replicas() const override { return engine_->check_replicas(); }
 	int64_t steps() const override { return engine_->steps_taken(); }
-	StrategyFacts facts() const override;
+	StrategyDescription describe() const override;
 
 private:
 	const Topology& topology_;

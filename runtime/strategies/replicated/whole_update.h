@@ -16,7 +16,7 @@ class WholeUpdate final : public GradientUpdate {
 public:
 	// `buckets` hold the gradients; `compressed`, when not empty, a 16-bit twin of each bucket
 	// that travels instead. With `reduce_alone`, a group of one runs the collective too (see
-	// ReplicatedOptions::reduce_alone). Everything passed must outlive this object.
+	// FaultInjection::reduce_alone). Everything passed must outlive this object.
 	WholeUpdate(AllReduce& all_reduce, const BucketPlan& plan, const std::vector<Tensor>& buckets,
 		    const std::vector<Tensor>& compressed, const Device& device, ReduceOp op,
 		    const std::vector<Parameter*>& parameters, Optimizer& optimizer, bool reduce_alone = false);

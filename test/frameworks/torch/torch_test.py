@@ -63,7 +63,7 @@ mistakes = {
     "strategy": "strategy 'async' is not available to PyTorch programs yet",
     "forgot-step": "got a gradient 2 times before step()",
     "zero-grad-before-step": "zero_grad() was called after loss.backward()",
-    "collectives-out-of-order": "allreduce('a' Float[3]) op=mean on rank 0 and broadcast('b' Float[3]) root=0 on rank 1",
+    "collectives-out-of-order": "allreduce('a' f32[3]) op=mean on rank 0 and broadcast('b' f32[3]) root=0 on rank 1",
     "missing-parameter-on-one-rank": "is missing from named_parameters",
     "optimizer-state": None,
     "unused-on-one-rank": None,

@@ -1,0 +1,95 @@
+// What a program chooses a strategy with, and what a strategy reports: the options of every way
+// of training, a step's statistics and the facts of what a strategy holds.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "collectives/all_reduce_mode.h"
+#include "collectives/groups.h"
+#include "collectives/reduce_op.h"
+#include "models/model.h"
+#include "optim/loss_scale.h"
+
+namespace tower {
+
+struct FaultInjection;
+
+// How every strategy treats a step's gradients: reduction, compression and loss scaling. A
+// strategy refuses the ones it cannot honour, naming the option.
+struct GradientOptions {
+	ReduceOp reduce = ReduceOp::mean; // mean divides by the replicas of the group
+	DType compress = DType::f32;      // f16 or bf16: the gradients travel in that type
+	LossScaleOptions loss_scale;      // none by default
+};
+
+// The replicated strategy's own options: how its fused all-reduce runs.
+struct ReplicatedOptions {
+	AllReduceMode mode = AllReduceMode::ring;
+	double fusion_mb = 25.0;          // bucket threshold; 0 gives one bucket per gradient
+	bool overlap = true;              // all-reduce a bucket as soon as its gradients are ready
+	GroupAssignment groups;           // empty: all ranks reduce together
+	AllReduceOptions all_reduce;
+	// Where the replicas share a node's memory (CPU towers, hierarchical mode), split the update
+	// across them: see runtime/strategies/replicated/sharded_update.h. The result is the same either way.
+	bool shard_update = true;
+};
+
+// What one training step did on this rank, for the trainer's logs and metrics. A strategy fills
+// in the communication and the verdict; whoever ran forward and backward adds its own parts.
+struct StepStats {
+	ForwardResult forward;        // this rank's loss and correct count (the program's to fill in)
+	double compute_s = 0;         // forward and backward on this rank (the program's to fill in)
+	double allreduce_s = 0;       // time inside all-reduce calls
+	double hidden_fraction = 0;   // the share of all-reduce time that ran during backward
+	size_t allreduce_bytes = 0;   // bytes all-reduced this step, in the type they travel in
+	bool skipped = false;         // a gradient was inf or NaN: no update (on every rank alike)
+	double grad_norm = 0;         // of the reduced, unscaled gradients (inf or NaN when skipped)
+	double loss_scale_log2 = 0;   // the scale the step's loss gradient was multiplied by
+	int micro_batches = 1;        // backward passes that this update sums
+};
+
+struct StrategyOptions {
+	std::string name = "replicated"; // replicated | parameter-server | async | sync-replicas
+	GradientOptions gradients;       // every strategy
+	ReplicatedOptions replicated;    // replicated only
+	// parameter-server: 0 places the variables on every rank, which also trains; K > 0 makes
+	// ranks 0..K-1 servers that only hold variables and apply updates.
+	int ps_ranks = 0;
+	// Moving averages of the variables after each applied update (every strategy); none when unset.
+	std::optional<double> ema_decay;
+	// sync-replicas: gradients averaged into one update; 0 means one per worker.
+	int replicas_to_aggregate = 0;
+	// async: scale every gradient by 1/workers, the mean a synchronous step would take.
+	bool async_scale = true;
+	// async: scale each gradient down by its staleness as well (runtime/strategies/async/async_rule.h).
+	bool async_staleness_scale = false;
+	// async: the most updates a gradient may arrive late; workers wait for a token to keep it.
+	// -1 (the default): no bound, the seed's async, where no worker ever waits. 1 lets at most two
+	// gradients be in flight at once; at 3 workers it brought async to synchronous accuracy but
+	// makes every worker pace itself on a straggler (docs/stragglers.md).
+	int64_t max_staleness = -1;
+	// Faults tower's own tests and demos put in on purpose (not installed:
+	// runtime/strategies/fault_injection.h); a program leaves it null.
+	std::shared_ptr<const FaultInjection> faults;
+};
+
+// The names make_strategy knows, for help texts and errors.
+std::vector<std::string> strategy_names();
+
+// What a strategy holds on this rank, for the summary and metrics.
+struct StrategyFacts {
+	std::string name;
+	size_t parameter_bytes = 0;         // parameter values this rank holds
+	size_t optimizer_state_bytes = 0;   // per-element optimizer state this rank holds
+	size_t gradient_bytes_per_step = 0; // f32 gradient bytes one step reduces
+	size_t moved_bytes_per_step = 0;    // bytes that travel per step, in the transport type
+	size_t buckets = 0;                 // parts the gradient travels in: fused buckets, or owners
+	bool update_is_sharded = false;     // replicated: the node's replicas split the update
+};
+
+} // namespace tower
