@@ -43,6 +43,7 @@ AdamCoeffs adam_coeffs(const OptimizerConfig& c, bool decoupled)
 	a.epsilon = c.epsilon;
 	a.weight_decay = c.weight_decay;
 	a.decoupled = decoupled;
+	a.pytorch_form = c.pytorch_adam;
 	return a;
 }
 

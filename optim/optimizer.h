@@ -24,6 +24,9 @@ struct OptimizerConfig {
 	// sgd, momentum, adam: L2 added to the gradient (g + wd * p);
 	// adamw: decoupled decay of the weights (p -= lr * wd * p).
 	float weight_decay = 0.0f;
+	// adam, adamw: PyTorch's arithmetic (epsilon after the bias correction; optim/update_rules.h),
+	// so that an update applied here matches torch.optim.Adam and AdamW.
+	bool pytorch_adam = false;
 };
 
 // One stretch of elements an update covers: parameter values, their gradients and, laid out

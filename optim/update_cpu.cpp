@@ -22,6 +22,12 @@ void adam_update_cpu(float* __restrict p, const float* __restrict g, float* __re
 		     int64_t n, int64_t step, const AdamCoeffs& c)
 {
 	const AdamCoeffs k = c;
+	if (k.pytorch_form) {
+		const PytorchAdamStep s = pytorch_adam_step(k, step);
+		for (int64_t i = 0; i < n; ++i)
+			pytorch_adam_rule(p[i], g[i], m[i], v[i], k, s);
+		return;
+	}
 	const float step_size = adam_step_size(k, step);
 	for (int64_t i = 0; i < n; ++i)
 		adam_rule(p[i], g[i], m[i], v[i], k, step_size);

@@ -38,6 +38,12 @@ __global__ void momentum_kernel(float* p, const float* g, float* buf, int64_t n,
 // Reads the step counter on the device, so the host never waits for it.
 __global__ void adam_kernel(float* p, const float* g, float* m, float* v, int64_t n, const int64_t* step, AdamCoeffs c)
 {
+	if (c.pytorch_form) {
+		const PytorchAdamStep s = pytorch_adam_step(c, *step);
+		for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+			pytorch_adam_rule(p[i], g[i], m[i], v[i], c, s);
+		return;
+	}
 	const float step_size = adam_step_size(c, *step);
 	for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
 		adam_rule(p[i], g[i], m[i], v[i], c, step_size);

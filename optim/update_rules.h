@@ -27,6 +27,10 @@ struct AdamCoeffs {
 	float epsilon = 1e-8f;
 	float weight_decay = 0.0f;
 	bool decoupled = false; // AdamW
+	// PyTorch's arithmetic: epsilon added to the bias-corrected root of the second moment, and
+	// AdamW's decay applied as a factor. Otherwise epsilon acts on the uncorrected root, which at
+	// step 1 with beta2 0.999 makes it about 32 times larger in effect.
+	bool pytorch_form = false;
 };
 
 TOWER_HOST_DEVICE inline void sgd_rule(float& p, float g, const SgdCoeffs& c)
@@ -63,6 +67,35 @@ TOWER_HOST_DEVICE inline void adam_rule(float& p, float g, float& m, float& v, c
 	m = c.beta1 * m + (1.0f - c.beta1) * g;
 	v = c.beta2 * v + (1.0f - c.beta2) * g * g;
 	p -= step_size * m / (sqrtf(v) + c.epsilon);
+}
+
+// PyTorch's form at step t (c.pytorch_form): the step size lr / (1 - beta1^t), and the root of
+// the second moment divided by sqrt(1 - beta2^t) before epsilon is added.
+struct PytorchAdamStep {
+	float size;
+	float root_correction;
+	float decay_factor; // AdamW: the weights are multiplied by 1 - lr * wd
+};
+
+TOWER_HOST_DEVICE inline PytorchAdamStep pytorch_adam_step(const AdamCoeffs& c, int64_t t)
+{
+	const double td = static_cast<double>(t);
+	const double b1 = 1.0 - pow(static_cast<double>(c.beta1), td);
+	const double b2 = 1.0 - pow(static_cast<double>(c.beta2), td);
+	return {static_cast<float>(static_cast<double>(c.lr) / b1), static_cast<float>(sqrt(b2)),
+		static_cast<float>(1.0 - static_cast<double>(c.lr) * static_cast<double>(c.weight_decay))};
+}
+
+TOWER_HOST_DEVICE inline void pytorch_adam_rule(float& p, float g, float& m, float& v, const AdamCoeffs& c,
+						const PytorchAdamStep& s)
+{
+	if (c.decoupled)
+		p *= s.decay_factor;
+	else
+		g += c.weight_decay * p;
+	m = c.beta1 * m + (1.0f - c.beta1) * g;
+	v = c.beta2 * v + (1.0f - c.beta2) * g * g;
+	p += -s.size * (m / (sqrtf(v) / s.root_correction + c.epsilon));
 }
 
 } // namespace tower

@@ -59,6 +59,22 @@ std::string check_parameters(const std::vector<std::pair<std::string, at::Tensor
 	return "";
 }
 
+// What the adapter cannot run of the strategy and rule asked for, or "".
+std::string check_strategy(const ReducerOptions& options)
+{
+	const std::string& name = options.strategy.name;
+	const bool owners_apply = options.optimizer.name != "none";
+	if (name == "replicated")
+		return owners_apply ? "under `strategy` replicated the wrapped torch optimizer applies the update" : "";
+	if (name != "parameter-server")
+		return fmt::format("`strategy` {} is not available to PyTorch programs yet; use replicated or "
+				   "parameter-server", name);
+	if (options.strategy.ps_ranks > 0)
+		return "`ps_ranks` above 0 (ranks that only serve variables) is not available to PyTorch programs yet; "
+		       "use 0, where every rank owns a share of the variables and trains";
+	return owners_apply ? "" : "under `strategy` parameter-server the owners apply the update: give its rule";
+}
+
 } // namespace
 
 GradientReducer::GradientReducer(std::vector<std::pair<std::string, at::Tensor>> parameters,
@@ -66,9 +82,8 @@ GradientReducer::GradientReducer(std::vector<std::pair<std::string, at::Tensor>>
 	: passes_per_step_(options.backward_passes_per_step)
 {
 	std::string problem = options.problem.empty() ? check_parameters(parameters) : options.problem;
-	if (problem.empty() && options.strategy.name != "replicated")
-		problem = fmt::format("strategy '{}' is not available to PyTorch programs yet; use 'replicated'",
-				      options.strategy.name);
+	if (problem.empty())
+		problem = check_strategy(options);
 	if (problem.empty() && passes_per_step_ < 1)
 		problem = fmt::format("backward_passes_per_step is {}; it must be 1 or more", passes_per_step_);
 	agree(private_comm(), problem);
@@ -88,14 +103,23 @@ GradientReducer::GradientReducer(std::vector<std::pair<std::string, at::Tensor>>
 		pointers.push_back(&p);
 	StrategyOptions strategy = options.strategy;
 	strategy.replicated.shard_update = false; // every rank's torch optimizer applies the whole update
-	OptimizerConfig none;
-	none.name = "none";
+	applies_update_ = options.optimizer.name != "none";
 	DistributedOptimizerSettings settings;
 	settings.name = options.name;
-	// Builds the buckets and gives every parameter rank 0's values (written into torch's memory).
-	optimizer_ = std::make_unique<DistributedOptimizer>(topology(), Device{}, std::move(pointers), none, strategy,
-							    settings);
+	// Builds the buckets or places the variables on their owners, and gives every parameter rank
+	// 0's values or its owner's (written into torch's memory).
+	optimizer_ = std::make_unique<DistributedOptimizer>(topology(), Device{}, std::move(pointers), options.optimizer,
+							    strategy, settings);
 	const auto f32 = at::TensorOptions().dtype(at::kFloat);
+	// Where the strategy keeps the values in memory of its own (the parameter-server's shared
+	// windows, where the owners' new values arrive), torch's parameters use that memory, as their
+	// gradients use their buckets'.
+	for (size_t i = 0; i < parameters_.size(); ++i)
+		if (parameters_[i].value.data() != tensors_[i].data_ptr()) {
+			value_views_.resize(parameters_.size());
+			value_views_[i] = at::from_blob(parameters_[i].value.data(), tensors_[i].sizes(), f32);
+			tensors_[i].set_data(value_views_[i]);
+		}
 	for (size_t i = 0; i < parameters_.size(); ++i) {
 		bucket_views_.push_back(at::from_blob(parameters_[i].grad.data(), tensors_[i].sizes(), f32));
 		accumulators_.push_back(torch::autograd::impl::grad_accumulator(tensors_[i]));
@@ -125,6 +149,12 @@ void GradientReducer::close()
 			grad = finalized ? at::Tensor() : bucket_views_[i].clone();
 	}
 	bucket_views_.clear();
+	// Parameters in the strategy's memory get memory of their own back, with the values they
+	// hold (after MPI ended that memory is gone: zeros; the process is ending).
+	for (size_t i = 0; i < value_views_.size(); ++i)
+		if (value_views_[i].defined())
+			tensors_[i].set_data(finalized ? at::zeros(tensors_[i].sizes()) : value_views_[i].clone());
+	value_views_.clear();
 	if (finalized) {
 		(void)optimizer_.release(); // its communicators and windows died with MPI; the process is ending
 		return;
@@ -186,7 +216,7 @@ void GradientReducer::accumulated(size_t index)
 		pass_.on_ready(parameters_[index]);
 }
 
-ReduceResult GradientReducer::synchronize()
+ReduceResult GradientReducer::synchronize(float lr)
 {
 	DistributedOptimizer& optimizer = open();
 	if (!in_step_)
@@ -212,7 +242,7 @@ ReduceResult GradientReducer::synchronize()
 		if (pass_.on_ready)
 			pass_.on_ready(parameters_[i]);
 	}
-	const StepStats stats = optimizer.step(0.0f);
+	const StepStats stats = optimizer.step(lr);
 	restore_unused(flags);
 	ReduceResult result;
 	result.skipped = stats.skipped;

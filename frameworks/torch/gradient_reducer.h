@@ -19,6 +19,13 @@ struct Node;
 
 namespace tower::torch_adapter {
 
+inline OptimizerConfig none_optimizer()
+{
+	OptimizerConfig none;
+	none.name = "none";
+	return none;
+}
+
 struct ReducerOptions {
 	// Buckets of 4 MB rather than the library's 25: a model of a few tens of MB then travels in
 	// several buckets, the last layers' while backward still computes the first ones (the
@@ -26,9 +33,15 @@ struct ReducerOptions {
 	// bucket at 2 ranks on one host; docs/torch.md).
 	ReducerOptions() { strategy.replicated.fusion_mb = 4.0; }
 
-	// The strategy and its options (tower's own table); only "replicated" so far. The adapter
-	// never shards the update (the torch optimizer applies it on every rank).
+	// The strategy and its options (tower's own table): replicated, or parameter-server with
+	// every rank owning a share (ps_ranks 0). Under replicated the adapter never shards the update:
+	// the torch optimizer applies it on every rank.
 	StrategyOptions strategy;
+	// The update rule: `none` under replicated (the wrapped torch optimizer applies it); under
+	// parameter-server the owners apply this one (the front end derives it from the torch
+	// optimizer's parameter group, with PyTorch's Adam arithmetic) and every rank receives the
+	// new values.
+	OptimizerConfig optimizer = none_optimizer();
 	// Horovod's backward_passes_per_step: the passes summed locally before one reduction.
 	int backward_passes_per_step = 1;
 	// Names this optimizer in errors and in the run agreement.
@@ -63,8 +76,10 @@ public:
 	// Collective: reports the gradients no hook reported (a parameter this rank did not use adds
 	// zeros), waits for every bucket, and checks the result. Parameters no rank used keep the
 	// gradient torch left them (none, if they never had one), so the torch optimizer treats
-	// them as it would alone.
-	ReduceResult synchronize();
+	// them as it would alone. Where the owners apply the update (applies_update()), they apply it
+	// with learning rate `lr` and every rank's parameters hold the new values on return.
+	ReduceResult synchronize(float lr = 0.0f);
+	bool applies_update() const { return applies_update_; }
 	// A backward pass ran since the last synchronize(): zeroing the gradients now would race.
 	bool gradients_pending() const { return in_step_; }
 	size_t bucket_count() const;
@@ -91,9 +106,11 @@ private:
 	std::vector<Parameter> parameters_; // the same memory, as tower sees it
 	std::unique_ptr<DistributedOptimizer> optimizer_;
 	std::vector<at::Tensor> bucket_views_; // each gradient's place in a fused bucket
+	std::vector<at::Tensor> value_views_;  // each value's place in the strategy's memory, where it moved it
 	std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
 	std::vector<uintptr_t> hooks_;
 	int passes_per_step_ = 1;
+	bool applies_update_ = false;
 	bool in_step_ = false;
 	BackwardPass pass_;
 	std::vector<int> passes_seen_; // per parameter, this step

@@ -36,6 +36,11 @@ struct ReducerArguments {
 	GroupAssignment groups;
 	int backward_passes_per_step = 1;
 	std::string strategy = "replicated";
+	int ps_ranks = 0;
+	bool deterministic = false;
+	// The owners' update rule as rows of tower's optimizer table (id, text); empty: the torch
+	// optimizer applies the update.
+	std::vector<std::pair<std::string, std::string>> rule;
 	std::vector<std::pair<std::string, std::string>> agreed;
 	std::string problem; // what the Python side found wrong on this rank
 };
@@ -62,6 +67,14 @@ ReducerOptions reducer_options(const ReducerArguments& a)
 		set_field(o.strategy, "allreduce", a.allreduce);
 	set_field(o.strategy, "fusion_mb", fmt::format("{}", a.fusion_mb));
 	r.overlap = a.overlap;
+	set_field(o.strategy, "deterministic", a.deterministic ? "true" : "false");
+	set_field(o.strategy, "ps_ranks", std::to_string(a.ps_ranks));
+	for (const auto& [id, text] : a.rule) {
+		const Field<OptimizerConfig>* row = find_field(optimizer_fields(), id);
+		if (row == nullptr)
+			throw Error(fmt::format("the update rule has no setting `{}`", id));
+		row->set(o.optimizer, text);
+	}
 	o.backward_passes_per_step = a.backward_passes_per_step;
 	o.agreed = a.agreed;
 	o.agreed.emplace_back("allreduce", a.allreduce);
@@ -107,12 +120,12 @@ public:
 	PyReducer(const PyReducer&) = delete;
 	PyReducer& operator=(const PyReducer&) = delete;
 
-	py::dict synchronize()
+	py::dict synchronize(float lr)
 	{
 		ReduceResult r;
 		{
 			py::gil_scoped_release unlocked;
-			r = open().synchronize();
+			r = open().synchronize(lr);
 		}
 		py::dict d;
 		d["skipped"] = r.skipped;
@@ -123,6 +136,7 @@ public:
 		return d;
 	}
 	bool gradients_pending() { return open().gradients_pending(); }
+	bool applies_update() { return open().applies_update(); }
 	uint64_t check_replicas()
 	{
 		py::gil_scoped_release unlocked;
@@ -229,12 +243,16 @@ PYBIND11_MODULE(_core, m)
 		.def_readwrite("groups", &ReducerArguments::groups)
 		.def_readwrite("backward_passes_per_step", &ReducerArguments::backward_passes_per_step)
 		.def_readwrite("strategy", &ReducerArguments::strategy)
+		.def_readwrite("ps_ranks", &ReducerArguments::ps_ranks)
+		.def_readwrite("deterministic", &ReducerArguments::deterministic)
+		.def_readwrite("rule", &ReducerArguments::rule)
 		.def_readwrite("agreed", &ReducerArguments::agreed)
 		.def_readwrite("problem", &ReducerArguments::problem);
 	py::class_<PyReducer>(m, "GradientReducer")
 		.def(py::init<std::vector<std::pair<std::string, at::Tensor>>, const ReducerArguments&>(),
 		     py::call_guard<py::gil_scoped_release>())
-		.def("synchronize", &PyReducer::synchronize)
+		.def("synchronize", &PyReducer::synchronize, py::arg("lr") = 0.0f)
+		.def("applies_update", [](PyReducer& r) { return r.applies_update(); })
 		.def("gradients_pending", &PyReducer::gradients_pending)
 		.def("check_replicas", &PyReducer::check_replicas)
 		.def("bucket_count", &PyReducer::bucket_count)

@@ -104,6 +104,15 @@ Field<ModelConfig> gpt_only(Field<ModelConfig> f)
 	return f;
 }
 
+// Checkpoints written before this row existed keep resuming: the state is the same either way.
+Field<OptimizerConfig> pytorch_adam_row(FieldAccess<OptimizerConfig, bool> access)
+{
+	Field<OptimizerConfig> f = bool_field<OptimizerConfig>(
+		"pytorch_adam", "adam, adamw: PyTorch's arithmetic, epsilon added after the bias correction", access, true);
+	f.may_change_on_resume = true;
+	return f;
+}
+
 } // namespace
 
 DType parse_compute_type(const std::string& id, const std::string& text)
@@ -145,6 +154,7 @@ const std::vector<Field<OptimizerConfig>>& optimizer_fields()
 		number_field<O, float>("epsilon", "adam, adamw: added to the second moment's root", of(&O::epsilon),
 				       FieldRange::positive),
 		number_field<O, float>("weight_decay", "L2 (sgd, momentum, adam) or decoupled (adamw)", of(&O::weight_decay)),
+		pytorch_adam_row(of(&O::pytorch_adam)),
 	};
 	return table;
 }

@@ -95,8 +95,11 @@ struct Reference {
 				} else {
 					m[k][i] = b1 * m[k][i] + (1 - b1) * g;
 					v[k][i] = b2 * v[k][i] + (1 - b2) * g * g;
-					const double size = lr * std::sqrt(1 - std::pow(b2, t)) / (1 - std::pow(b1, t));
-					w -= size * m[k][i] / (std::sqrt(v[k][i]) + c.epsilon);
+					const double c1 = 1 - std::pow(b1, t), c2 = 1 - std::pow(b2, t);
+					if (c.pytorch_adam) // torch.optim.Adam: epsilon after the correction
+						w -= lr / c1 * m[k][i] / (std::sqrt(v[k][i]) / std::sqrt(c2) + c.epsilon);
+					else
+						w -= lr * std::sqrt(c2) / c1 * m[k][i] / (std::sqrt(v[k][i]) + c.epsilon);
 				}
 			}
 	}
@@ -186,6 +189,42 @@ TEST_CASE("AdamW decays the weights apart from the gradient and matches the floa
 {
 	run_against_reference(named("adamw", 0.1f));
 	run_against_reference(named("adamw", 0.0f));
+}
+
+TEST_CASE("PyTorch's Adam and AdamW (epsilon after the bias correction) match the float64 reference")
+{
+	for (const char* name : {"adam", "adamw"}) {
+		CAPTURE(name);
+		OptimizerConfig c = named(name, 0.05f);
+		c.pytorch_adam = true;
+		run_against_reference(c);
+		// A large epsilon is where the two forms part: 1e-3 against a corrected root of ~0.3.
+		c.epsilon = 1e-3f;
+		run_against_reference(c);
+	}
+}
+
+TEST_CASE("epsilon's place changes the first step as the two forms say")
+{
+	// At step 1 the corrected root is |g|, the uncorrected one |g| * sqrt(1 - beta2): tower's form
+	// adds epsilon to the smaller one, so a large epsilon damps the first step more.
+	Fixture tower_form, pytorch_form;
+	OptimizerConfig c = named("adam");
+	c.epsilon = 1e-2f;
+	auto a = make_optimizer(c, tower_form.parameters);
+	c.pytorch_adam = true;
+	auto b = make_optimizer(c, pytorch_form.parameters);
+	const auto before = tower_form.storage[0].value.to_host_f32();
+	tower_form.set_gradients(0);
+	pytorch_form.set_gradients(0);
+	a->step(tower_form.parameters, 0.1f);
+	b->step(pytorch_form.parameters, 0.1f);
+	const auto moved_tower = tower_form.storage[0].value.to_host_f32();
+	const auto moved_pytorch = pytorch_form.storage[0].value.to_host_f32();
+	const double g = Fixture::gradient(0, 0, 0);
+	CHECK(std::abs(before[0] - moved_pytorch[0]) == doctest::Approx(0.1 * std::abs(g) / (std::abs(g) + 1e-2)).epsilon(1e-5));
+	CHECK(std::abs(before[0] - moved_tower[0]) ==
+	      doctest::Approx(0.1 * std::abs(g) / (std::abs(g) + 1e-2 / std::sqrt(1 - 0.999))).epsilon(1e-4));
 }
 
 TEST_CASE("Adam's first step moves every weight by about lr against the gradient's sign")

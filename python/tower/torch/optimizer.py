@@ -20,6 +20,31 @@ def _groups_argument(groups):
     return [list(group) for group in groups]
 
 
+# Settings of torch's optimizers that the owners' rules cannot match, with the value they can.
+_UNMATCHED = {"dampening": 0, "maximize": False, "amsgrad": False, "capturable": False, "differentiable": False,
+              "fused": False}
+
+
+def _owner_rule(optimizer, index, group):
+    """The update rule the owners apply for one parameter group, as rows of tower's optimizer
+    table, matching torch's SGD, Adam and AdamW; and what it cannot match."""
+    kind = type(optimizer)
+    problems = [f"param_groups[{index}] {key}={group[key]!r}: the owners' rule matches torch's only with "
+                f"{key}={ok!r}" for key, ok in _UNMATCHED.items() if key in group and group[key] not in (ok, None)]
+    if kind is torch.optim.SGD:
+        momentum = float(group["momentum"])
+        rule = [("optimizer", "momentum" if momentum else "sgd"), ("momentum", repr(momentum)),
+                ("nesterov", "true" if group["nesterov"] else "false")]
+    elif kind in (torch.optim.Adam, torch.optim.AdamW):
+        beta1, beta2 = group["betas"]
+        rule = [("optimizer", "adamw" if kind is torch.optim.AdamW else "adam"), ("beta1", repr(float(beta1))),
+                ("beta2", repr(float(beta2))), ("epsilon", repr(float(group["eps"]))), ("pytorch_adam", "true")]
+    else:
+        return [], problems + [f"{kind.__name__}: under an owner strategy the owners apply the update with torch's "
+                               "SGD, Adam or AdamW rule exactly; other optimizers train under replicated"]
+    return rule + [("weight_decay", repr(float(group["weight_decay"])))], problems
+
+
 def _settings(optimizer):
     """What every rank's wrapped optimizer must hold alike."""
     fields = [("optimizer class", type(optimizer).__name__)]
@@ -33,8 +58,12 @@ def _settings(optimizer):
 class _DistributedOptimizer:
     """Methods added to the wrapped optimizer's class (its state and settings stay its own)."""
 
-    def _tower_init(self, named_parameters, arguments, base_step, check_every):
-        self._tower_reducer = _core.GradientReducer(named_parameters, arguments)
+    def _tower_init(self, reducers, base_step, check_every):
+        # Under replicated one reducer, and the torch optimizer applies the update; under an owner
+        # strategy one per parameter group (None for a group with nothing to train), and the
+        # owners apply each group's rule with its learning rate.
+        self._tower_reducers = reducers
+        self._tower_owners_apply = any(r is not None and r.applies_update() for r in reducers)
         self._tower_check_every = check_every
         self._tower_steps = 0
         self._tower_should_synchronize = True
@@ -47,8 +76,12 @@ class _DistributedOptimizer:
     def synchronize(self):
         """Waits for every gradient's reduction (collective). Between synchronize() and step(),
         the gradients are reduced: clip or unscale them there, then step() inside
-        skip_synchronize()."""
-        self._tower_last = self._tower_reducer.synchronize()
+        skip_synchronize(). Under an owner strategy the owners apply the update as they reduce:
+        there is no such point, and step() does it all."""
+        if self._tower_owners_apply:
+            raise TowerError("synchronize() under an owner strategy: the owners apply the update as they receive "
+                             "the gradients, so nothing can change them in between; call step()")
+        self._tower_last = self._tower_reducers[0].synchronize()
         self._tower_synchronized = True
 
     @contextlib.contextmanager
@@ -65,6 +98,9 @@ class _DistributedOptimizer:
             # The closure's backward must finish, and be reduced, before the update reads .grad.
             with torch.enable_grad():
                 loss = closure()
+        if self._tower_owners_apply:
+            self._tower_owner_step()
+            return loss
         if self._tower_should_synchronize and not self._tower_synchronized:
             self.synchronize()
         self._tower_synchronized = False
@@ -79,11 +115,32 @@ class _DistributedOptimizer:
         self._tower_steps += 1
         if self._tower_check_every and self._tower_steps % self._tower_check_every == 0:
             # Collective: every rank holds the same parameters, or AgreedError names who differs.
-            self._tower_last["replica_hash"] = f"{self._tower_reducer.check_replicas():016x}"
+            self._tower_last["replica_hash"] = f"{self._tower_reducers[0].check_replicas():016x}"
         return loss
 
+    def _tower_owner_step(self):
+        """Collective: each group's gradients to their owners, who apply the group's rule with its
+        learning rate as param_groups holds it now (so torch's LR schedulers work); every rank
+        then holds the new values. A group whose reduced gradient is inf or NaN skips its update."""
+        results = []
+        with _core.Span("owners' update", "update"):
+            for reducer, group in zip(self._tower_reducers, self.param_groups):
+                if reducer is not None:
+                    results.append(reducer.synchronize(float(group["lr"])))
+        self._tower_last = {"skipped": any(r["skipped"] for r in results),
+                            "grad_norm": sum(r["grad_norm"] ** 2 for r in results) ** 0.5,
+                            "allreduce_s": sum(r["allreduce_s"] for r in results),
+                            "hidden_fraction": 0.0, "buckets": sum(r["buckets"] for r in results)}
+        if self._tower_base_step is not None:
+            # The count a learning-rate scheduler keeps through the step() it wrapped.
+            self._step_count = getattr(self, "_step_count", 0) + 1
+        self._tower_steps += 1
+        if self._tower_check_every and self._tower_steps % self._tower_check_every == 0:
+            hashes = [r.check_replicas() for r in self._tower_reducers if r is not None]
+            self._tower_last["replica_hash"] = ",".join(f"{h:016x}" for h in hashes)
+
     def zero_grad(self, *args, **kwargs):
-        if self._tower_reducer.gradients_pending():
+        if any(r is not None and r.gradients_pending() for r in self._tower_reducers):
             raise AssertionError("optimizer.zero_grad() was called after loss.backward() but before "
                                  "optimizer.step() or optimizer.synchronize(); the gradients are being "
                                  "reduced: call step() first")
@@ -95,20 +152,27 @@ class _DistributedOptimizer:
 
     def _tower_close(self):
         """Collective: what shutdown() does for this optimizer alone."""
-        self._tower_reducer.close()
+        for reducer in self._tower_reducers:
+            if reducer is not None:
+                reducer.close()
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none, backward_passes_per_step=1,
                          op=Average, gradient_predivide_factor=1.0, num_groups=0, groups=None,
                          sparse_as_dense=False, process_set=None, *, allreduce="auto", fusion_mb=4.0,
-                         overlap=True, strategy="replicated", name="", check_every=0):
+                         overlap=True, strategy="replicated", ps_ranks=0, deterministic=False, name="",
+                         check_every=0):
     """Wraps `optimizer` (any torch.optim.Optimizer): gradients are reduced over the ranks as
     backward finalizes them, and step() applies the reduced ones (collective: every rank makes
     the same calls). Horovod's arguments, plus tower's own: allreduce= (auto, ring, hierarchical,
     naive), fusion_mb= (the bucket size, 4 MB so that a model of tens of MB overlaps its
     reduction with backward; 0 is one bucket per parameter), overlap=, groups=
-    (replica subgroups), strategy= (replicated), name=, check_every= (every K steps, compare the
-    ranks' parameters by hash: an error naming the ranks that differ)."""
+    (replica subgroups), deterministic= (one result whatever allreduce= and the node layout),
+    strategy= (replicated: every rank's torch optimizer applies the reduced gradients;
+    parameter-server: each variable's owner applies torch's SGD, Adam or AdamW rule and every
+    rank receives the new values; ps_ranks=0, every rank owns a share), name=, check_every=
+    (every K steps, compare the ranks' parameters by hash: an error naming the ranks that
+    differ)."""
     # What is wrong on this rank goes to the reducer's agreement: an error on every rank, not a
     # rank that raises while the others wait for it.
     problems = []
@@ -121,7 +185,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         problems.append("sparse_as_dense and process_set are not supported (docs/torch.md)")
     if not isinstance(compression, type(Compression.none)):
         problems.append(f"compression={compression!r}: use tower.torch.Compression.none, fp16 or bf16")
-    if hasattr(optimizer, "_tower_reducer"):
+    if hasattr(optimizer, "_tower_reducers"):
         problems.append("this optimizer is a DistributedOptimizer already: wrap the torch optimizer once")
     if not isinstance(check_every, int) or check_every < 0:
         problems.append(f"check_every={check_every!r}: a number of steps, 0 (never) or more")
@@ -152,9 +216,9 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
             if not p.requires_grad:
                 continue  # frozen: no gradient to reduce, as in Horovod
             if named_parameters is None:
-                ordered.append((f"param_groups[{i}][{j}]", p))
+                ordered.append((f"param_groups[{i}][{j}]", p, i))
             elif id(p) in by_tensor:
-                ordered.append((by_tensor[id(p)], p))
+                ordered.append((by_tensor[id(p)], p, i))
             else:
                 problems.append(f"a parameter of param_groups[{i}] (shape {tuple(p.shape)}) is missing from "
                                 "named_parameters")
@@ -163,23 +227,59 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         position = {key: k for k, (key, _) in enumerate(named)}
         ordered.sort(key=lambda item: position[item[0]])
 
-    arguments = _core.ReducerArguments()
-    arguments.name = name
-    arguments.op = op_name
-    arguments.compression = getattr(compression, "name", "none")
-    arguments.allreduce = allreduce
-    arguments.fusion_mb = float(fusion_mb)
-    arguments.overlap = bool(overlap)
-    arguments.groups = replica_groups
-    arguments.backward_passes_per_step = int(backward_passes_per_step)
-    arguments.strategy = strategy
-    arguments.agreed = _settings(optimizer) + [("check_every", str(check_every))]
-    arguments.problem = "; ".join(problems)
+    def arguments(name, rule, agreed, problem):
+        a = _core.ReducerArguments()
+        a.name = name
+        a.op = op_name
+        a.compression = getattr(compression, "name", "none")
+        a.allreduce = allreduce
+        a.fusion_mb = float(fusion_mb)
+        a.overlap = bool(overlap)
+        a.groups = replica_groups
+        a.backward_passes_per_step = int(backward_passes_per_step)
+        a.strategy = strategy
+        a.ps_ranks = ps_ranks if isinstance(ps_ranks, int) else -1
+        a.deterministic = bool(deterministic)
+        a.rule = rule
+        a.agreed = agreed
+        a.problem = problem
+        return a
+
+    agreed = _settings(optimizer) + [("check_every", str(check_every))]
+    if strategy == "replicated":
+        reducers = [_core.GradientReducer([(key, p) for key, p, _ in ordered],
+                                          arguments(name, [], agreed, "; ".join(problems)))]
+    else:
+        reducers = _owner_reducers(optimizer, ordered, name, agreed, problems, arguments)
 
     methods = {k: v for k, v in _DistributedOptimizer.__dict__.items() if k not in ("__dict__", "__weakref__")}
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), methods)
     wrapped = cls.__new__(cls)
     base_step = optimizer.__dict__.pop("step", None)
     wrapped.__dict__ = optimizer.__dict__  # the same state, settings and parameter groups
-    wrapped._tower_init(ordered, arguments, base_step, check_every)
+    wrapped._tower_init(reducers, base_step, check_every)
     return wrapped
+
+
+def _owner_reducers(optimizer, ordered, name, agreed, problems, arguments):
+    """One reducer per parameter group that has something to train, each with the group's rule.
+    Every rank's problems go to the first one's agreement, so that all ranks fail there alike."""
+    rules = []
+    for i, group in enumerate(optimizer.param_groups):
+        rule, unmatched = _owner_rule(optimizer, i, group)
+        rules.append(rule)
+        problems = problems + unmatched
+    by_group = [[(key, p) for key, p, g in ordered if g == i] for i in range(len(rules))]
+    if not any(by_group):
+        # Nothing trains: the reducer's own check says so, on every rank.
+        return [_core.GradientReducer([], arguments(name, rules[0] if rules else [], agreed, "; ".join(problems)))]
+    reducers = []
+    for i, (rule, named) in enumerate(zip(rules, by_group)):
+        if not named:
+            reducers.append(None)  # nothing of this group trains
+            continue
+        first = all(r is None for r in reducers)
+        group_name = f"{name}.param_groups[{i}]" if name else f"param_groups[{i}]"
+        reducers.append(_core.GradientReducer(named, arguments(group_name, rule, agreed if first else [],
+                                                               "; ".join(problems) if first else "")))
+    return reducers

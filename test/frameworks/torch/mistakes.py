@@ -58,6 +58,19 @@ try:
         opt = wrap(model(), op=hvd.Adasum)
     elif mistake == "strategy":
         wrap(model(), strategy="async")
+    elif mistake == "owner-optimizer-class":
+        m = model()
+        hvd.DistributedOptimizer(torch.optim.RMSprop(m.parameters(), lr=0.01), named_parameters=m.named_parameters(),
+                                 strategy="parameter-server")
+    elif mistake == "owner-amsgrad":
+        m = model()
+        hvd.DistributedOptimizer(torch.optim.Adam(m.parameters(), lr=0.01, amsgrad=True),
+                                 named_parameters=m.named_parameters(), strategy="parameter-server")
+    elif mistake == "owner-synchronize":
+        m = model()
+        opt = wrap(m, strategy="parameter-server")
+        F.cross_entropy(forward(m, x), y).backward()
+        opt.synchronize()
     elif mistake == "forgot-step":
         m = model()
         opt = wrap(m)

@@ -33,6 +33,14 @@ for ranks, args in ((1, ["--quick"]), (2, ["--ddp"]), (3, [])):
     if not passed:
         failures.append(f"equivalence at {ranks} rank(s)\n{r.stdout}\n{r.stderr}")
 
+# parameter-server with the owners applying torch's rules, and deterministic=True (strategies.py).
+for ranks in (2, 3):
+    r, seconds = launch(ranks, "strategies.py")
+    passed = r.returncode == 0 and r.stdout.count("all passed") == ranks
+    print(f"strategies at {ranks} ranks: {'ok' if passed else 'FAILED'} ({seconds:.1f} s)")
+    if not passed:
+        failures.append(f"strategies at {ranks} ranks\n{r.stdout}\n{r.stderr}")
+
 with tempfile.TemporaryDirectory() as tmp:
     dump = os.path.join(tmp, "gpt")
     subprocess.run([gpt_dump, "--layers", "2", "--width", "64", "--heads", "2", "--context", "32", "--batch", "8",
@@ -60,7 +68,10 @@ mistakes = {
     "different-model": "'a.weight f32 [8, 4]' on rank 0",
     "different-optimizer": "param_groups[0].lr is 0.1 on rank 0 and 0.2 on rank 1",
     "horovod-name-outside": "tower.torch does not provide 'Adasum'",
-    "strategy": "strategy 'async' is not available to PyTorch programs yet",
+    "strategy": "strategy= async is not available to PyTorch programs yet",
+    "owner-optimizer-class": "RMSprop: under an owner strategy the owners apply the update with torch's SGD, Adam",
+    "owner-amsgrad": "param_groups[0] amsgrad=True: the owners' rule matches torch's only with amsgrad=False",
+    "owner-synchronize": "synchronize() under an owner strategy",
     "forgot-step": "got a gradient 2 times before step()",
     "zero-grad-before-step": "zero_grad() was called after loss.backward()",
     "collectives-out-of-order": "allreduce('a' f32[3]) op=mean on rank 0 and broadcast('b' f32[3]) root=0 on rank 1",
