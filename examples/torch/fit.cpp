@@ -1,6 +1,7 @@
 // A libtorch program trained data-parallel through tower: a small network fits a curve, each rank on
-// samples of its own, torch's Adam applying the gradients tower reduced while backward ran.
-//   make && mpirun -np 2 ./fit            (PKG_CONFIG_PATH=<prefix>/lib/.../pkgconfig if needed)
+// samples of its own, torch's Adam applying the gradients tower reduced while backward ran (or,
+// under parameter-server, the owners applying torch's Adam rule).
+//   make && mpirun -np 2 ./fit [STEPS [STRATEGY]]   (PKG_CONFIG_PATH=<prefix>/lib/.../pkgconfig if needed)
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +16,7 @@ namespace ta = tower::torch_adapter;
 int main(int argc, char** argv)
 {
 	const int steps = argc > 1 ? std::atoi(argv[1]) : 300;
+	const char* strategy = argc > 2 ? argv[2] : "replicated";
 	try {
 		ta::init();
 		const int rank = ta::topology().rank(), size = ta::topology().size();
@@ -25,6 +27,7 @@ int main(int argc, char** argv)
 		torch::optim::Adam adam(net->parameters(), torch::optim::AdamOptions(1e-2));
 		ta::ReducerOptions options;
 		options.name = "fit";
+		options.strategy.name = strategy;
 		options.strategy.replicated.fusion_mb = 0.004; // several buckets even for this small net
 		ta::DistributedOptimizer opt(adam, ta::named_parameters_of(*net), options);
 
@@ -43,9 +46,11 @@ int main(int argc, char** argv)
 		torch::Tensor flat = torch::cat({net->parameters()[0].detach().flatten(), net->parameters()[4].detach().flatten()});
 		const double spread = (ta::allreduce(flat, tower::ReduceOp::max, "max") -
 				       ta::allreduce(flat, tower::ReduceOp::min, "min")).abs().max().item<double>();
+		const double first_layer = net->parameters()[0].detach().abs().sum().item<double>();
 		if (rank == 0)
-			std::printf("fit: %d steps on %d rank(s), %zu bucket(s): loss %.5f, replicas differ by %g\n", steps, size,
-				    opt.last().buckets, mean, spread);
+			std::printf("fit: %s, %d steps on %d rank(s), %zu bucket(s): loss %.5f, replicas differ by %g, "
+				    "first layer's |w| sum %.9g\n",
+				    strategy, steps, size, opt.last().buckets, mean, spread, first_layer);
 		ta::shutdown();
 		return mean < 0.01 && spread == 0 ? 0 : 1;
 	} catch (const tower::AgreedError& e) {

@@ -2,6 +2,7 @@
 // reduced by tower while backward runs (the C++ twin of tower.torch.DistributedOptimizer).
 #pragma once
 
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -27,25 +28,13 @@ inline std::vector<std::pair<std::string, at::Tensor>> named_parameters_of(const
 }
 
 // "" when `optimizer` updates exactly `parameters` (those that take gradients), else what differs.
-inline std::string parameters_mismatch(torch::optim::Optimizer& optimizer,
-				       const std::vector<std::pair<std::string, at::Tensor>>& parameters)
-{
-	size_t optimized = 0;
-	for (auto& group : optimizer.param_groups())
-		for (const at::Tensor& p : group.params()) {
-			if (!p.requires_grad())
-				continue;
-			++optimized;
-			bool found = false;
-			for (const auto& named : parameters)
-				found = found || named.second.is_same(p);
-			if (!found)
-				return "the optimizer updates a parameter that is not among the named parameters: every "
-				       "parameter it updates must be reduced";
-		}
-	return optimized == parameters.size() ? ""
-					      : "named parameters that the optimizer does not update: pass the ones it does";
-}
+std::string parameters_mismatch(torch::optim::Optimizer& optimizer,
+				const std::vector<std::pair<std::string, at::Tensor>>& parameters);
+
+// The update rule the owners apply for parameter group `index` of `optimizer` under an owner
+// strategy: torch's SGD, Adam and AdamW exactly. What it cannot match (another optimizer class,
+// dampening, amsgrad) goes to `problem`.
+OptimizerConfig owner_rule(torch::optim::Optimizer& optimizer, size_t index, std::string* problem);
 
 // One step, on every rank (after tower::torch_adapter::init()):
 //
@@ -53,58 +42,35 @@ inline std::string parameters_mismatch(torch::optim::Optimizer& optimizer,
 //   loss.backward();       // buckets start reducing as their gradients become final
 //   opt.step();            // waits for them, then applies the wrapped optimizer (or skips, everywhere)
 //
-// Clip or inspect the reduced gradients between synchronize() and step().
+// Clip or inspect the reduced gradients between synchronize() and step() (replicated only).
+// Under strategy "parameter-server" the wrapped optimizer never steps: each parameter group's
+// gradients go to the owners of its slices, who apply the group's rule (owner_rule) with the
+// learning rate the group holds at that step, and every rank receives the new values in step().
 class DistributedOptimizer {
 public:
 	// Collective: checks that the ranks agree on the options and parameters, gives every rank
-	// rank 0's values, and hooks the gradients. `optimizer` must outlive this object and optimize
-	// exactly `parameters` (named_parameters_of(module)).
+	// rank 0's values (or each owner's), and hooks the gradients. `optimizer` must outlive this
+	// object and optimize exactly `parameters` (named_parameters_of(module)).
 	DistributedOptimizer(torch::optim::Optimizer& optimizer, std::vector<std::pair<std::string, at::Tensor>> parameters,
-			     const ReducerOptions& options = {})
-		: optimizer_(optimizer), reducer_(parameters, with_problem(options, parameters_mismatch(optimizer, parameters)))
-	{
-	}
+			     const ReducerOptions& options = {});
 
 	// Zeroes the gradients in place; refused while a backward pass's gradients are being reduced.
-	void zero_grad()
-	{
-		if (reducer_.gradients_pending())
-			throw Error("zero_grad() after backward() but before step() or synchronize(): the gradients are "
-				    "being reduced; call step() first");
-		optimizer_.zero_grad();
-	}
-	// Collective: waits for every gradient's reduction and checks the result.
-	ReduceResult synchronize()
-	{
-		last_ = reducer_.synchronize();
-		synchronized_ = true;
-		return last_;
-	}
+	void zero_grad();
+	// Collective: waits for every gradient's reduction and checks the result (replicated only).
+	ReduceResult synchronize();
 	// Collective: synchronize() unless the program did, then the wrapped optimizer's step unless a
-	// reduced gradient was inf or NaN (then no rank applies it). True when applied.
-	bool step()
-	{
-		if (!synchronized_)
-			synchronize();
-		synchronized_ = false;
-		if (last_.skipped)
-			return false;
-		optimizer_.step();
-		return true;
-	}
+	// reduced gradient was inf or NaN (then no rank applies it); under parameter-server, the
+	// owners' update of every group. True when applied (every group's, under parameter-server).
+	bool step();
 	const ReduceResult& last() const { return last_; }
 	torch::optim::Optimizer& wrapped() { return optimizer_; }
 
 private:
-	static ReducerOptions with_problem(ReducerOptions options, const std::string& problem)
-	{
-		if (options.problem.empty())
-			options.problem = problem;
-		return options;
-	}
-
 	torch::optim::Optimizer& optimizer_;
-	GradientReducer reducer_;
+	// One under replicated; under parameter-server one per parameter group (null for a group with
+	// nothing to train).
+	std::vector<std::unique_ptr<GradientReducer>> reducers_;
+	bool owners_apply_ = false;
 	ReduceResult last_;
 	bool synchronized_ = false;
 };
