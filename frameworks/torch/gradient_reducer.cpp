@@ -69,9 +69,6 @@ std::string check_strategy(const ReducerOptions& options)
 	if (name != "parameter-server")
 		return fmt::format("`strategy` {} is not available to PyTorch programs yet; use replicated or "
 				   "parameter-server", name);
-	if (options.strategy.ps_ranks > 0)
-		return "`ps_ranks` above 0 (ranks that only serve variables) is not available to PyTorch programs yet; "
-		       "use 0, where every rank owns a share of the variables and trains";
 	return owners_apply ? "" : "under `strategy` parameter-server the owners apply the update: give its rule";
 }
 
@@ -127,6 +124,7 @@ GradientReducer::GradientReducer(std::vector<std::pair<std::string, at::Tensor>>
 	}
 	passes_seen_.assign(parameters_.size(), 0);
 	MPI_Comm_dup(MPI_COMM_WORLD, &flags_comm_);
+	servers_ = options.strategy.name == "parameter-server" ? options.strategy.ps_ranks : 0;
 	closer_ = add_closer([this] { close(); });
 }
 
@@ -142,6 +140,8 @@ void GradientReducer::close()
 	remove_closer(closer_);
 	int finalized = 0;
 	MPI_Finalized(&finalized);
+	if (!finalized && servers_ > 0 && !run_ended_)
+		announce(false, 0.0f); // the servers' serve() ends here
 	for (size_t i = 0; i < tensors_.size(); ++i) {
 		accumulators_[i]->del_post_hook(hooks_[i]);
 		at::Tensor& grad = tensors_[i].mutable_grad();
@@ -216,9 +216,40 @@ void GradientReducer::accumulated(size_t index)
 		pass_.on_ready(parameters_[index]);
 }
 
+// The first worker tells every rank whether the workers take another step, and its learning rate:
+// a server has no loop of its own to read either from.
+bool GradientReducer::announce(bool step, float lr)
+{
+	float message[2] = {step ? 1.0f : 0.0f, lr};
+	TOWER_MPI(MPI_Bcast(message, 2, MPI_FLOAT, servers_, flags_comm_));
+	run_ended_ = run_ended_ || message[0] == 0.0f;
+	announced_lr_ = message[1];
+	return message[0] != 0.0f;
+}
+
+bool GradientReducer::serve_step()
+{
+	DistributedOptimizer& optimizer = open();
+	if (optimizer.is_worker())
+		throw Error("serve() on a rank that trains: only the ranks below `ps_ranks` serve");
+	if (run_ended_ || !announce(false, 0.0f))
+		return false;
+	const StepStats stats = optimizer.step(announced_lr_);
+	(void)stats;
+	// The workers' used-parameter flags: a server used none.
+	std::vector<unsigned char> flags(2 * parameters_.size(), 0);
+	restore_unused(flags);
+	return true;
+}
+
 ReduceResult GradientReducer::synchronize(float lr)
 {
 	DistributedOptimizer& optimizer = open();
+	if (!optimizer.is_worker())
+		throw Error("step() on a rank that only serves variables: call serve() there, which applies the workers' "
+			    "updates until they end");
+	if (servers_ > 0)
+		announce(true, lr);
 	if (!in_step_)
 		begin_step();
 	// Whatever happens below, the next step starts afresh.

@@ -80,6 +80,15 @@ public:
 	// with learning rate `lr` and every rank's parameters hold the new values on return.
 	ReduceResult synchronize(float lr = 0.0f);
 	bool applies_update() const { return applies_update_; }
+	// Collective, on a rank that only serves variables (parameter-server with `ps_ranks` above
+	// 0): the owners' side of one synchronize() of the workers, with the learning rate the first
+	// worker passed. False, without stepping, once the workers closed their reducers (their
+	// shutdown() ends the servers' loop).
+	bool serve_step();
+	bool is_worker() const { return open().is_worker(); }
+	// Among the ranks that train: this rank's place (-1 on a server) and their number.
+	int worker_index() const { return open().worker_index(); }
+	int workers() const { return open().workers(); }
 	// A backward pass ran since the last synchronize(): zeroing the gradients now would race.
 	bool gradients_pending() const { return in_step_; }
 	size_t bucket_count() const;
@@ -97,6 +106,7 @@ public:
 
 private:
 	void begin_step();
+	bool announce(bool step, float lr);
 	void bind(size_t index, bool keep_values);
 	DistributedOptimizer& open() const;
 	void restore_unused(std::vector<unsigned char>& flags);
@@ -111,6 +121,9 @@ private:
 	std::vector<uintptr_t> hooks_;
 	int passes_per_step_ = 1;
 	bool applies_update_ = false;
+	int servers_ = 0;          // ranks 0..servers_-1 only serve; the first worker announces each step
+	bool run_ended_ = false;   // the workers announced their end
+	float announced_lr_ = 0;
 	bool in_step_ = false;
 	BackwardPass pass_;
 	std::vector<int> passes_seen_; // per parameter, this step

@@ -137,6 +137,14 @@ public:
 	}
 	bool gradients_pending() { return open().gradients_pending(); }
 	bool applies_update() { return open().applies_update(); }
+	bool serve_step()
+	{
+		py::gil_scoped_release unlocked;
+		return open().serve_step();
+	}
+	bool is_worker() { return open().is_worker(); }
+	int worker_index() { return open().worker_index(); }
+	int workers() { return open().workers(); }
 	uint64_t check_replicas()
 	{
 		py::gil_scoped_release unlocked;
@@ -253,6 +261,10 @@ PYBIND11_MODULE(_core, m)
 		     py::call_guard<py::gil_scoped_release>())
 		.def("synchronize", &PyReducer::synchronize, py::arg("lr") = 0.0f)
 		.def("applies_update", [](PyReducer& r) { return r.applies_update(); })
+		.def("serve_step", &PyReducer::serve_step)
+		.def("is_worker", &PyReducer::is_worker)
+		.def("worker_index", &PyReducer::worker_index)
+		.def("workers", &PyReducer::workers)
 		.def("gradients_pending", &PyReducer::gradients_pending)
 		.def("check_replicas", &PyReducer::check_replicas)
 		.def("bucket_count", &PyReducer::bucket_count)

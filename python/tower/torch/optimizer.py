@@ -139,6 +139,35 @@ class _DistributedOptimizer:
             hashes = [r.check_replicas() for r in self._tower_reducers if r is not None]
             self._tower_last["replica_hash"] = ",".join(f"{h:016x}" for h in hashes)
 
+    def _tower_first(self):
+        return next(r for r in self._tower_reducers if r is not None)
+
+    def is_worker(self):
+        """False on a rank that only serves variables (parameter-server with ps_ranks above 0)."""
+        return self._tower_first().is_worker()
+
+    def worker_rank(self):
+        """This rank's place among the ranks that train (-1 on a server): what a data split uses,
+        e.g. DistributedSampler(data, num_replicas=opt.worker_count(), rank=opt.worker_rank())."""
+        return self._tower_first().worker_index()
+
+    def worker_count(self):
+        """The number of ranks that train: size() less the servers."""
+        return self._tower_first().workers()
+
+    def serve(self):
+        """On a rank that only serves variables: applies the workers' updates, step after step, with
+        the learning rates the first worker announces, until the workers end (their shutdown(), or
+        the end of their program). Collective with the workers' step() calls."""
+        steps = 0
+        while all(r.serve_step() for r in self._tower_reducers if r is not None):
+            steps += 1
+            if self._tower_check_every and steps % self._tower_check_every == 0:
+                for r in self._tower_reducers:
+                    if r is not None:
+                        r.check_replicas()  # the workers compare theirs; a server joins in
+        return steps
+
     def zero_grad(self, *args, **kwargs):
         if any(r is not None and r.gradients_pending() for r in self._tower_reducers):
             raise AssertionError("optimizer.zero_grad() was called after loss.backward() but before "
@@ -150,11 +179,18 @@ class _DistributedOptimizer:
         """The last step's reduction: skipped, grad_norm, allreduce_s, hidden_fraction, buckets."""
         return dict(self._tower_last)
 
-    def _tower_close(self):
-        """Collective: what shutdown() does for this optimizer alone."""
+    def tower_close(self):
+        """Collective: what shutdown() does for this optimizer alone. Under parameter-server with
+        servers, the workers' close ends the servers' serve()."""
         for reducer in self._tower_reducers:
             if reducer is not None:
                 reducer.close()
+
+
+def serve(optimizer):
+    """On a rank that only serves variables (parameter-server with ps_ranks above 0): what the rank
+    runs instead of the training loop. Returns after the workers' last step, once they shut down."""
+    return optimizer.serve()
 
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none, backward_passes_per_step=1,
@@ -170,7 +206,9 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     (replica subgroups), deterministic= (one result whatever allreduce= and the node layout),
     strategy= (replicated: every rank's torch optimizer applies the reduced gradients;
     parameter-server: each variable's owner applies torch's SGD, Adam or AdamW rule and every
-    rank receives the new values; ps_ranks=0, every rank owns a share), name=, check_every=
+    rank receives the new values; with ps_ranks=0 every rank owns a share, with K > 0 ranks
+    0..K-1 only serve: they run serve(), and the workers split the data by worker_rank() and
+    worker_count()), name=, check_every=
     (every K steps, compare the ranks' parameters by hash: an error naming the ranks that
     differ)."""
     # What is wrong on this rank goes to the reducer's agreement: an error on every rank, not a

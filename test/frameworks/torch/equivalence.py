@@ -98,7 +98,7 @@ def through_tower(data, passes=1, op=hvd.Average, set_to_none=False, clip=None, 
         if scheduler:
             scheduler.step()
         losses.append(hvd.allreduce(loss.detach(), name="loss").item())
-    opt._tower_close()
+    opt.tower_close()
     return model, losses
 
 
@@ -143,7 +143,7 @@ def overlap_seen(overlap):
     opt.zero_grad()
     F.cross_entropy(model(shard(x)), shard(y)).backward()
     opt.step()
-    opt._tower_close()
+    opt.tower_close()
     return seen["reduced"]
 
 

@@ -1,7 +1,8 @@
 """Run under mpirun by torch_test.py: a PyTorch program under parameter-server, whose owners apply
 torch's own SGD (momentum, Nesterov, weight decay), Adam and AdamW rules per parameter group with
 the learning rate a scheduler sets, ends within 1e-5 of plain PyTorch in one process on the same
-global batches; and deterministic=True gives one result, bit for bit, whatever allreduce= is.
+global batches, with every rank an owner and (at 3 ranks) with rank 0 a server that runs serve();
+and deterministic=True gives one result, bit for bit, whatever allreduce= is.
 Exits non-zero on the first failure. Usage: strategies.py"""
 import sys
 
@@ -51,19 +52,27 @@ def make_optimizer(model, kind):
 
 
 def train(kind, data, distributed=None):
-    """Plain PyTorch on the whole global batch (distributed None), or this rank's share through
-    tower.torch with `distributed` as DistributedOptimizer's keywords."""
+    """Plain PyTorch on the whole global batch (distributed None), or this worker's share through
+    tower.torch with `distributed` as DistributedOptimizer's keywords. A rank that only serves
+    returns None after the workers closed their optimizer."""
     model = make_model()
     opt, scheduler = make_optimizer(model, kind)
+    per, first = GLOBAL_BATCH, 0
     if distributed is not None:
         opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), **distributed)
-    per = GLOBAL_BATCH // N if distributed is not None else GLOBAL_BATCH
-    first = R * per if distributed is not None else 0
+        if not opt.is_worker():
+            hvd.serve(opt)
+            opt.tower_close()
+            return None
+        per = GLOBAL_BATCH // opt.worker_count()
+        first = opt.worker_rank() * per
     for x, y in data:
         opt.zero_grad()
         F.cross_entropy(model(x[first:first + per]), y[first:first + per]).backward()
         opt.step()
         scheduler.step()
+    if distributed is not None:
+        opt.tower_close()
     return model
 
 
@@ -81,14 +90,19 @@ def flat(model):
 
 data = batches()
 failed = False
-for kind in ("sgd", "adam", "adamw"):
-    expected = train(kind, data)
-    got = train(kind, data, {"strategy": "parameter-server", "check_every": 10})
-    worst = worst_relative(got, expected)
-    ok = worst <= 1e-5
-    failed = failed or not ok
-    say(f"rank {R}: parameter-server, torch {kind} with two groups and StepLR, {N} rank(s): "
-        f"worst relative difference {worst:.2e} {'ok' if ok else 'FAILED'}")
+# Every rank an owner; and at 3 ranks, rank 0 a server with 2 workers (a global batch of 24 splits
+# into 12 each, as into 8 each over 3).
+for servers in (0, 1) if N == 3 else (0,):
+    for kind in ("sgd", "adam", "adamw"):
+        expected = train(kind, data)
+        got = train(kind, data, {"strategy": "parameter-server", "ps_ranks": servers, "check_every": 10})
+        if got is None:
+            continue
+        worst = worst_relative(got, expected)
+        ok = worst <= 1e-5
+        failed = failed or not ok
+        say(f"rank {R}: parameter-server with {servers} server(s), torch {kind} with two groups and StepLR, "
+            f"{N} rank(s): worst relative difference {worst:.2e} {'ok' if ok else 'FAILED'}")
 
 # deterministic=True: every all-reduce mode sums in one order, so the bits agree.
 if N > 1:
