@@ -72,6 +72,22 @@ class _DistributedOptimizer:
         # A learning-rate scheduler made before wrapping put a counting step() on the optimizer
         # itself; it is called in place of the class's, so the scheduler keeps its count.
         self._tower_base_step = base_step
+        self._tower_route_step()
+
+    def _tower_route_step(self):
+        """Puts tower's step() in the state this object shares with the torch optimizer it wraps, so
+        that a step() called on either runs tower's (a call on the torch optimizer would otherwise
+        apply unreduced gradients on one rank). It counts steps as a scheduler's wrapper does
+        (_with_counter): a scheduler made before or after wrapping then neither warns nor wraps it."""
+        tower_step = type(self).step
+
+        def step(closure=None):
+            if self._tower_base_step is None and "_step_count" in self.__dict__:
+                self._step_count += 1  # a scheduler made after wrapping counts here
+            return tower_step(self, closure)
+
+        step._with_counter = True
+        self.__dict__["step"] = step
 
     def synchronize(self):
         """Waits for every gradient's reduction (collective). Between synchronize() and step(),

@@ -153,6 +153,26 @@ try:
         unmoved = all(torch.equal(a, b) for a, b in zip(before, m.parameters()))
         say(f"rank {R}: state of {len(state)} parameters, moments differ by {spread}, weights unmoved {unmoved}")
         sys.exit(0 if len(state) == 4 and spread == 0 and unmoved else 1)
+    elif mistake == "step-on-the-torch-optimizer":
+        # The program keeps the torch optimizer it wrapped and steps that one, with a scheduler made
+        # after wrapping: tower's step runs all the same (each rank's own batch, yet equal replicas),
+        # and the scheduler neither warns nor loses its count.
+        import warnings
+        warnings.filterwarnings("error", message=r".*lr_scheduler|.*optimizer.step")
+        m = model()
+        sgd = torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9)
+        opt = hvd.DistributedOptimizer(sgd, named_parameters=m.named_parameters(), check_every=1)
+        scheduler = torch.optim.lr_scheduler.StepLR(sgd, step_size=2, gamma=0.5)
+        for step in range(4):
+            opt.zero_grad()
+            F.cross_entropy(forward(m, x[R::2]), y[R::2]).backward()
+            sgd.step()
+            scheduler.step()
+        flat = torch.cat([p.detach().flatten() for p in m.parameters()])
+        spread = (hvd.allreduce(flat, op=hvd.Max) - hvd.allreduce(flat, op=hvd.Min)).abs().max().item()
+        lr = sgd.param_groups[0]["lr"]
+        say(f"rank {R}: stepped through the torch optimizer; replicas differ by {spread}, lr {lr}")
+        sys.exit(0 if spread == 0 and lr == 0.025 else 1)
     elif mistake == "unused-on-one-rank":
         # Rank 0 uses the extra branch, rank 1 does not: rank 1 adds zeros for it, nobody hangs,
         # and both ranks end on the same parameters.

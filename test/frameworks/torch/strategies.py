@@ -5,6 +5,7 @@ global batches, with every rank an owner and (at 3 ranks) with rank 0 a server t
 and deterministic=True gives one result, bit for bit, whatever allreduce= is.
 Exits non-zero on the first failure. Usage: strategies.py"""
 import sys
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -90,6 +91,10 @@ def flat(model):
 
 data = batches()
 failed = False
+# The schedulers here are made before wrapping: torch must not think step() was replaced behind
+# them, nor that the scheduler stepped first.
+warnings.filterwarnings("error", message=r"Seems like `optimizer.step\(\)` has been overridden")
+warnings.filterwarnings("error", message=r"Detected call of `lr_scheduler.step\(\)` before")
 # Every rank an owner; and at 3 ranks, rank 0 a server with 2 workers (a global batch of 24 splits
 # into 12 each, as into 8 each over 3).
 for servers in (0, 1) if N == 3 else (0,):

@@ -77,6 +77,7 @@ mistakes = {
     "collectives-out-of-order": "allreduce('a' f32[3]) op=mean on rank 0 and broadcast('b' f32[3]) root=0 on rank 1",
     "missing-parameter-on-one-rank": "is missing from named_parameters",
     "optimizer-state": None,
+    "step-on-the-torch-optimizer": None,
     "unused-on-one-rank": None,
     "unused-everywhere": None,
 }
