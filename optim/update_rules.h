@@ -95,7 +95,7 @@ TOWER_HOST_DEVICE inline void pytorch_adam_rule(float& p, float g, float& m, flo
 		g += c.weight_decay * p;
 	m = c.beta1 * m + (1.0f - c.beta1) * g;
 	v = c.beta2 * v + (1.0f - c.beta2) * g * g;
-	p += -s.size * (m / (sqrtf(v) / s.root_correction + c.epsilon));
+	p += (-s.size * m) / (sqrtf(v) / s.root_correction + c.epsilon); // addcdiv's order
 }
 
 } // namespace tower

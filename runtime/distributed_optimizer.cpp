@@ -142,6 +142,7 @@ StepStats DistributedOptimizer::step(float lr, const BatchReport& report)
 	request.micro_batches = passes_;
 	request.samples = report.samples;
 	request.loss = report.loss;
+	request.settle = settings_.settle_values;
 	phase_ = Phase::idle;
 	passes_ = 0;
 	shared_->in_step = nullptr;

@@ -30,6 +30,10 @@ struct DistributedOptimizerSettings {
 	// before building (tower::AgreedError naming what differs). The trainer turns it off: its own
 	// check covers the whole run.
 	bool check_agreement = true;
+	// parameter-server: step() returns only once every worker holds the new values. Without it
+	// the owners' values may still be read by other workers after step() returns, so a program
+	// that writes its parameters in place between steps (clamping, renormalising) sets it.
+	bool settle_values = false;
 };
 
 // What the program runs one backward pass with.

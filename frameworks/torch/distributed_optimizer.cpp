@@ -93,6 +93,9 @@ DistributedOptimizer::DistributedOptimizer(torch::optim::Optimizer& optimizer,
 	ReducerOptions first = options;
 	if (first.problem.empty())
 		first.problem = parameters_mismatch(optimizer, parameters);
+	if (first.problem.empty() && options.strategy.ps_ranks > 0)
+		first.problem = "`ps_ranks` above 0 (ranks that only serve) is tower.torch's (its serve()); the libtorch "
+				"DistributedOptimizer takes 0, every rank an owner that trains";
 	if (!owners_apply_) {
 		reducers_.push_back(std::make_unique<GradientReducer>(std::move(parameters), first));
 		return;

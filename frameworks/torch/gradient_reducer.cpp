@@ -1,6 +1,7 @@
 // The core of tower.torch's DistributedOptimizer: gradients reduced as autograd finalizes them.
 #include "frameworks/torch/gradient_reducer.h"
 
+#include <cstdio>
 #include <set>
 
 #include <ATen/ATen.h>
@@ -10,6 +11,7 @@
 #include <torch/csrc/autograd/variable.h>
 
 #include "base/error.h"
+#include "base/field_spelling.h"
 #include "base/mpi/mpi_check.h"
 #include "base/watchdog/watched_wait.h"
 #include "frameworks/torch/process.h"
@@ -59,6 +61,14 @@ std::string check_parameters(const std::vector<std::pair<std::string, at::Tensor
 	return "";
 }
 
+// A rank whose partners are already inside a collective it cannot join: the job ends, saying why.
+[[noreturn]] void end_job(const std::string& why)
+{
+	std::fprintf(stderr, "tower.torch: %s; ending the job\n", spelled(why).c_str());
+	std::fflush(stderr);
+	abort_job(1);
+}
+
 // What the adapter cannot run of the strategy and rule asked for, or "".
 std::string check_strategy(const ReducerOptions& options)
 {
@@ -103,6 +113,8 @@ GradientReducer::GradientReducer(std::vector<std::pair<std::string, at::Tensor>>
 	applies_update_ = options.optimizer.name != "none";
 	DistributedOptimizerSettings settings;
 	settings.name = options.name;
+	// A torch program may write its parameters in place between steps (clamp_, load_state_dict).
+	settings.settle_values = true;
 	// Builds the buckets or places the variables on their owners, and gives every parameter rank
 	// 0's values or its owner's (written into torch's memory).
 	optimizer_ = std::make_unique<DistributedOptimizer>(topology(), Device{}, std::move(pointers), options.optimizer,
@@ -140,8 +152,14 @@ void GradientReducer::close()
 	remove_closer(closer_);
 	int finalized = 0;
 	MPI_Finalized(&finalized);
-	if (!finalized && servers_ > 0 && !run_ended_)
-		announce(false, 0.0f); // the servers' serve() ends here
+	if (!finalized && servers_ > 0 && !run_ended_ && announce(false, 0.0f))
+		end_job(fmt::format("rank {} closed its optimizer while the first worker (rank {}) announced another "
+				    "step: every worker must take the same number of steps",
+				    topology().rank(), servers_));
+	if (finalized && servers_ > 0)
+		std::fprintf(stderr, "tower.torch: rank %d closes its optimizer after MPI ended: the servers were not told "
+				     "the run is over, and the parameters that lived in tower's memory are now zeros\n",
+			     topology().rank());
 	for (size_t i = 0; i < tensors_.size(); ++i) {
 		accumulators_[i]->del_post_hook(hooks_[i]);
 		at::Tensor& grad = tensors_[i].mutable_grad();
@@ -180,8 +198,17 @@ uint64_t GradientReducer::check_replicas() const
 	return open().check_replicas();
 }
 
+std::string GradientReducer::serves_only() const
+{
+	return fmt::format("rank {} only serves variables (`ps_ranks` {}): it runs serve(), which applies the "
+			   "workers' updates until they end, and no backward() or step() of its own",
+			   topology().rank(), servers_);
+}
+
 void GradientReducer::begin_step()
 {
+	if (servers_ > 0 && !open().is_worker())
+		end_job(serves_only());
 	pass_ = open().backward_pass(true);
 	passes_seen_.assign(parameters_.size(), 0);
 	in_step_ = true;
@@ -231,7 +258,8 @@ bool GradientReducer::serve_step()
 {
 	DistributedOptimizer& optimizer = open();
 	if (optimizer.is_worker())
-		throw Error("serve() on a rank that trains: only the ranks below `ps_ranks` serve");
+		end_job(fmt::format("serve() on rank {}, which trains: only the ranks below `ps_ranks` serve",
+				    topology().rank()));
 	if (run_ended_ || !announce(false, 0.0f))
 		return false;
 	const StepStats stats = optimizer.step(announced_lr_);
@@ -245,11 +273,12 @@ bool GradientReducer::serve_step()
 ReduceResult GradientReducer::synchronize(float lr)
 {
 	DistributedOptimizer& optimizer = open();
+	// The other ranks are in the step's collectives already: a mismatch ends the job, with why.
 	if (!optimizer.is_worker())
-		throw Error("step() on a rank that only serves variables: call serve() there, which applies the workers' "
-			    "updates until they end");
-	if (servers_ > 0)
-		announce(true, lr);
+		end_job(serves_only());
+	if (servers_ > 0 && !announce(true, lr))
+		end_job(fmt::format("rank {} takes another step after the first worker (rank {}) ended the run: every "
+				    "worker must take the same number of steps", topology().rank(), servers_));
 	if (!in_step_)
 		begin_step();
 	// Whatever happens below, the next step starts afresh.

@@ -107,6 +107,7 @@ public:
 private:
 	void begin_step();
 	bool announce(bool step, float lr);
+	std::string serves_only() const;
 	void bind(size_t index, bool keep_values);
 	DistributedOptimizer& open() const;
 	void restore_unused(std::vector<unsigned char>& flags);

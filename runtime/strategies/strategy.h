@@ -32,6 +32,9 @@ struct StepRequest {
 	// What the gradients cover on this worker, for the owners' logs of the detached strategies.
 	int64_t samples = 0;
 	double loss = 0;
+	// parameter-server: return only once every worker holds the new values
+	// (DistributedOptimizerSettings::settle_values).
+	bool settle = false;
 };
 
 // The name every strategy gives its step counter among its variables() (i64 [1], host).

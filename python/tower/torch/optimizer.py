@@ -25,10 +25,9 @@ _UNMATCHED = {"dampening": 0, "maximize": False, "amsgrad": False, "capturable":
               "fused": False}
 
 
-def _owner_rule(optimizer, index, group):
-    """The update rule the owners apply for one parameter group, as rows of tower's optimizer
-    table, matching torch's SGD, Adam and AdamW; and what it cannot match."""
-    kind = type(optimizer)
+def _owner_rule(kind, index, group):
+    """The update rule the owners apply for one parameter group of a `kind` optimizer, as rows of
+    tower's optimizer table, matching torch's SGD, Adam and AdamW; and what it cannot match."""
     problems = [f"param_groups[{index}] {key}={group[key]!r}: the owners' rule matches torch's only with "
                 f"{key}={ok!r}" for key, ok in _UNMATCHED.items() if key in group and group[key] not in (ok, None)]
     if kind is torch.optim.SGD:
@@ -58,7 +57,7 @@ def _settings(optimizer):
 class _DistributedOptimizer:
     """Methods added to the wrapped optimizer's class (its state and settings stay its own)."""
 
-    def _tower_init(self, reducers, base_step, check_every):
+    def _tower_init(self, reducers, check_every):
         # Under replicated one reducer, and the torch optimizer applies the update; under an owner
         # strategy one per parameter group (None for a group with nothing to train), and the
         # owners apply each group's rule with its learning rate.
@@ -69,10 +68,14 @@ class _DistributedOptimizer:
         self._tower_should_synchronize = True
         self._tower_synchronized = False
         self._tower_last = {}
-        # A learning-rate scheduler made before wrapping put a counting step() on the optimizer
-        # itself; it is called in place of the class's, so the scheduler keeps its count.
-        self._tower_base_step = base_step
+        # The owners' rule of each group as made: a scheduler may change the learning rate, which
+        # every step reads, but nothing else of it (_tower_owner_step checks).
+        self._tower_rules = [_owner_rule(self._tower_kind(), i, g)[0] for i, g in enumerate(self.param_groups)]
         self._tower_route_step()
+
+    def _tower_kind(self):
+        """The torch optimizer class this one was made from."""
+        return type(self).__mro__[1]
 
     def _tower_route_step(self):
         """Puts tower's step() in the state this object shares with the torch optimizer it wraps, so
@@ -82,8 +85,8 @@ class _DistributedOptimizer:
         tower_step = type(self).step
 
         def step(closure=None):
-            if self._tower_base_step is None and "_step_count" in self.__dict__:
-                self._step_count += 1  # a scheduler made after wrapping counts here
+            if "_step_count" in self.__dict__:
+                self._step_count += 1  # what a scheduler's wrapper counts, made before or after wrapping
             return tower_step(self, closure)
 
         step._with_counter = True
@@ -124,10 +127,7 @@ class _DistributedOptimizer:
             # A reduced gradient was inf or NaN: every rank skips this step alike.
             return loss
         with _core.Span("torch optimizer step", "update"):
-            if self._tower_base_step is not None:
-                self._tower_base_step()
-            else:
-                super(self.__class__, self).step()
+            super(self.__class__, self).step()
         self._tower_steps += 1
         if self._tower_check_every and self._tower_steps % self._tower_check_every == 0:
             # Collective: every rank holds the same parameters, or AgreedError names who differs.
@@ -138,6 +138,14 @@ class _DistributedOptimizer:
         """Collective: each group's gradients to their owners, who apply the group's rule with its
         learning rate as param_groups holds it now (so torch's LR schedulers work); every rank
         then holds the new values. A group whose reduced gradient is inf or NaN skips its update."""
+        for i, group in enumerate(self.param_groups):
+            rule = _owner_rule(self._tower_kind(), i, group)[0]
+            if rule != self._tower_rules[i]:
+                changed = sorted({key for key, _ in set(rule) ^ set(self._tower_rules[i])})
+                raise TowerError(f"param_groups[{i}] changed {changed} after wrapping: under an owner strategy the "
+                                 "owners keep the rule they were given, and only the learning rate may change (a "
+                                 "scheduler that cycles momentum or betas, e.g. OneCycleLR's cycle_momentum, needs "
+                                 "strategy='replicated')")
         results = []
         with _core.Span("owners' update", "update"):
             for reducer, group in zip(self._tower_reducers, self.param_groups):
@@ -147,9 +155,6 @@ class _DistributedOptimizer:
                             "grad_norm": sum(r["grad_norm"] ** 2 for r in results) ** 0.5,
                             "allreduce_s": sum(r["allreduce_s"] for r in results),
                             "hidden_fraction": 0.0, "buckets": sum(r["buckets"] for r in results)}
-        if self._tower_base_step is not None:
-            # The count a learning-rate scheduler keeps through the step() it wrapped.
-            self._step_count = getattr(self, "_step_count", 0) + 1
         self._tower_steps += 1
         if self._tower_check_every and self._tower_steps % self._tower_check_every == 0:
             hashes = [r.check_replicas() for r in self._tower_reducers if r is not None]
@@ -309,9 +314,11 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     methods = {k: v for k, v in _DistributedOptimizer.__dict__.items() if k not in ("__dict__", "__weakref__")}
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), methods)
     wrapped = cls.__new__(cls)
-    base_step = optimizer.__dict__.pop("step", None)
+    # A scheduler made before wrapping left a counting wrapper of the torch class's step() here;
+    # tower's step() takes its place and keeps the count (_tower_route_step).
+    optimizer.__dict__.pop("step", None)
     wrapped.__dict__ = optimizer.__dict__  # the same state, settings and parameter groups
-    wrapped._tower_init(reducers, base_step, check_every)
+    wrapped._tower_init(reducers, check_every)
     return wrapped
 
 
@@ -320,7 +327,7 @@ def _owner_reducers(optimizer, ordered, name, agreed, problems, arguments):
     Every rank's problems go to the first one's agreement, so that all ranks fail there alike."""
     rules = []
     for i, group in enumerate(optimizer.param_groups):
-        rule, unmatched = _owner_rule(optimizer, i, group)
+        rule, unmatched = _owner_rule(type(optimizer), i, group)
         rules.append(rule)
         problems = problems + unmatched
     by_group = [[(key, p) for key, p, g in ordered if g == i] for i in range(len(rules))]

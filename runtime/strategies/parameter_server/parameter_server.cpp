@@ -91,7 +91,7 @@ StepStats ParameterServerStrategy::step(const StepRequest& request)
 			core_.averages()->update();
 	}
 	if (!stats.skipped)
-		transport_->publish(false);
+		transport_->publish(request.settle);
 	stats.allreduce_s = seconds(Clock::now() - comm_start);
 	stats.allreduce_bytes = transport_->moved_bytes();
 	++core_.steps();

@@ -66,6 +66,33 @@ try:
         m = model()
         hvd.DistributedOptimizer(torch.optim.Adam(m.parameters(), lr=0.01, amsgrad=True),
                                  named_parameters=m.named_parameters(), strategy="parameter-server")
+    elif mistake in ("server-steps", "uneven-workers"):
+        # Rank 0 only serves. server-steps: it trains as the workers do, calling step(). uneven-workers
+        # (3 ranks): the last worker stops one step early. Either ends the job, saying why.
+        m = model()
+        opt = wrap(m, strategy="parameter-server", ps_ranks=1)
+        if mistake == "uneven-workers" and not opt.is_worker():
+            hvd.serve(opt)
+        else:
+            steps = 2 if mistake == "uneven-workers" and R == hvd.size() - 1 else 3
+            for _ in range(steps):
+                opt.zero_grad()
+                F.cross_entropy(forward(m, x), y).backward()
+                opt.step()
+        hvd.shutdown()
+        say(f"rank {R}: no error")
+        sys.exit(0)
+    elif mistake == "owner-scheduled-momentum":
+        m = model()
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9),
+                                       named_parameters=m.named_parameters(), strategy="parameter-server")
+        scheduler = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=0.1, total_steps=10, base_momentum=0.8,
+                                                        max_momentum=0.9)
+        for _ in range(2):
+            opt.zero_grad()
+            F.cross_entropy(forward(m, x), y).backward()
+            opt.step()
+            scheduler.step()
     elif mistake == "owner-synchronize":
         m = model()
         opt = wrap(m, strategy="parameter-server")

@@ -72,6 +72,7 @@ mistakes = {
     "owner-optimizer-class": "RMSprop: under an owner strategy the owners apply the update with torch's SGD, Adam",
     "owner-amsgrad": "param_groups[0] amsgrad=True: the owners' rule matches torch's only with amsgrad=False",
     "owner-synchronize": "synchronize() under an owner strategy",
+    "owner-scheduled-momentum": "param_groups[0] changed ['momentum'] after wrapping",
     "forgot-step": "got a gradient 2 times before step()",
     "zero-grad-before-step": "zero_grad() was called after loss.backward()",
     "collectives-out-of-order": "allreduce('a' f32[3]) op=mean on rank 0 and broadcast('b' f32[3]) root=0 on rank 1",
@@ -115,6 +116,16 @@ passed = (r.returncode != 0 and "not arrived: rank 1" in r.stderr and "aborting 
 print(f"stalled-rank: {'ok' if passed else 'FAILED'} ({seconds:.1f} s)")
 if not passed:
     failures.append(f"stalled-rank: exit {r.returncode} after {seconds:.1f} s\n{r.stdout}\n{r.stderr}")
+
+# A server that trains, and workers that take different numbers of steps: the ranks would pair the
+# wrong broadcasts, so the job ends at once, saying which rank did what.
+for ranks, mistake, words in ((2, "server-steps", "rank 0 only serves variables (ps_ranks= 1): it runs serve()"),
+                              (3, "uneven-workers", "rank 2 closed its optimizer while the first worker")):
+    r, seconds = launch(ranks, "mistakes.py", mistake, timeout=60)
+    passed = r.returncode != 0 and words in r.stderr and seconds < 20
+    print(f"{mistake}: {'ok' if passed else 'FAILED'} ({seconds:.1f} s)")
+    if not passed:
+        failures.append(f"{mistake}: exit {r.returncode} after {seconds:.1f} s\n{r.stdout}\n{r.stderr}")
 
 # An exception one rank does not catch, while the others wait for it: the job ends at once.
 r, seconds = launch(2, "mistakes.py", "uncaught-on-one-rank", timeout=60)
