@@ -115,6 +115,9 @@ def main():
     p.add_argument("--fusion-mb", type=float, default=4.0,
                    help="bucket size (tower.torch's default): 4 buckets, the last layers' reduced during backward")
     p.add_argument("--allreduce", default="auto", help="auto, ring, hierarchical or naive")
+    p.add_argument("--strategy", default="replicated",
+                   help="replicated (torch's AdamW applies the reduced gradients on every rank) or parameter-server "
+                        "(each variable's owner applies torch's AdamW rule)")
     p.add_argument("--log-every", type=int, default=20)
     p.add_argument("--data", default="/usr/share/games/fortunes")
     args = p.parse_args()
@@ -126,7 +129,7 @@ def main():
     model = Gpt(args.layers, args.width, args.heads, args.context)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
     opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), fusion_mb=args.fusion_mb,
-                                   allreduce=args.allreduce)
+                                   allreduce=args.allreduce, strategy=args.strategy)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(opt, root_rank=0)
 
