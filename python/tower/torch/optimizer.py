@@ -249,6 +249,13 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     if not isinstance(check_every, int) or check_every < 0:
         problems.append(f"check_every={check_every!r}: a number of steps, 0 (never) or more")
         check_every = 0
+    if strategy != "replicated":
+        # The all-reduce's own options mean nothing where the gradients go to their owners.
+        given = {"allreduce": allreduce != "auto", "fusion_mb": fusion_mb != 4.0, "overlap": overlap is not True,
+                 "groups": bool(groups), "deterministic": bool(deterministic)}
+        for key in (k for k, v in given.items() if v):
+            problems.append(f"{key}= belongs to strategy='replicated' (its all-reduce); strategy={strategy!r} "
+                            "sends each gradient to its owner")
     if isinstance(optimizer, torch.optim.LBFGS):
         problems.append("LBFGS evaluates its closure several times per step: not supported")
     op_name, replica_groups = "mean", []

@@ -93,6 +93,8 @@ try:
             F.cross_entropy(forward(m, x), y).backward()
             opt.step()
             scheduler.step()
+    elif mistake == "owner-replicated-option":
+        wrap(model(), strategy="parameter-server", groups=[[0], [1]])
     elif mistake == "owner-synchronize":
         m = model()
         opt = wrap(m, strategy="parameter-server")

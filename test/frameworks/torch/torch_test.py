@@ -72,6 +72,7 @@ mistakes = {
     "owner-optimizer-class": "RMSprop: under an owner strategy the owners apply the update with torch's SGD, Adam",
     "owner-amsgrad": "param_groups[0] amsgrad=True: the owners' rule matches torch's only with amsgrad=False",
     "owner-synchronize": "synchronize() under an owner strategy",
+    "owner-replicated-option": "groups= belongs to strategy='replicated' (its all-reduce)",
     "owner-scheduled-momentum": "param_groups[0] changed ['momentum'] after wrapping",
     "forgot-step": "got a gradient 2 times before step()",
     "zero-grad-before-step": "zero_grad() was called after loss.backward()",
