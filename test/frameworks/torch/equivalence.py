@@ -3,7 +3,6 @@ where plain PyTorch in one process ends on the same global batches (every all-re
 without overlap, 16-bit compression, accumulation, Sum), a bucket's reduction finishes while
 backward still runs, and the losses follow DDP's (gloo) on the same batches. Exits non-zero on the
 first failure, with what differed. Usage: equivalence.py [--ddp] [--quick]"""
-import os
 import socket
 import sys
 
@@ -11,12 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import tower.torch as hvd
-
-
-def say(text):
-    """One write per line: mpirun forwards each write as it comes, so two ranks' lines cannot mix."""
-    sys.stdout.write(text + "\n")
-    sys.stdout.flush()
+from lines import say
 
 
 hvd.init()

@@ -14,12 +14,7 @@ sys.path.insert(0, os.path.join(here, "../../../examples/torch"))
 from gpt import Gpt  # noqa: E402
 
 import tower.torch as hvd  # noqa: E402
-
-
-def say(text):
-    """One write per line: mpirun forwards each write as it comes, so two ranks' lines cannot mix."""
-    sys.stdout.write(text + "\n")
-    sys.stdout.flush()
+from lines import say  # noqa: E402
 
 
 # torch's AdamW adds epsilon after the bias correction, tower's before it: at these gradients the

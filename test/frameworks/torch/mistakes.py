@@ -6,12 +6,7 @@ import torch
 import torch.nn.functional as F
 
 import tower.torch as hvd
-
-
-def say(text):
-    """One write per line: mpirun forwards each write as it comes, so two ranks' lines cannot mix."""
-    sys.stdout.write(text + "\n")
-    sys.stdout.flush()
+from lines import say
 
 
 mistake = sys.argv[1]
