@@ -55,8 +55,10 @@ Field<Config> number_field(std::string id, std::string help, FieldAccess<Config,
 	if constexpr (std::is_floating_point_v<T>)
 		parse = [name, range](const std::string& t) {
 			const T v = static_cast<T>(parse_number_field(name, t, range));
-			if (!std::isfinite(v))
-				refuse_out_of_type(name, t, false, range); // a float field given more than a float holds
+			// A float field given more than a float holds, or a positive one so little that it
+			// rounds to 0 (2e-67 read as a float is 0, which the field then refuses to read back).
+			if (!std::isfinite(v) || (range == FieldRange::positive && !(v > 0)))
+				refuse_out_of_type(name, t, false, range);
 			return v;
 		};
 	else if constexpr (std::is_unsigned_v<T>)
