@@ -13,6 +13,8 @@ namespace tower {
 // the updates it applies), their learning rates, and the chief's log windows.
 struct DetachedPlan {
 	int64_t planned_steps = 0;
+	// The learning rate of each planned step. Empty: each update takes the rate its gradients'
+	// step(lr) carried (the last gradient to join it), for workers that run their own schedule.
 	std::function<float(int64_t planned_step)> lr;
 	int64_t log_every = 0;
 	std::function<void(const nlohmann::json& window)> on_window; // called on rank 0's owner thread

@@ -43,14 +43,18 @@ StrategyOptions options(const char* name, int ps_ranks = 0, int n = 0)
 }
 
 // One worker step driven at the gradient level, the way DistributedOptimizer drives it: fetch,
-// forward, backward, push. False once the chief has handed out the last token.
-bool work(DetachedStrategy& d, Model& model, const ImageBatch& b, StepStats* stats)
+// forward, backward, push (with the learning rate `carried` gives the token's step, where the
+// plan has no schedule). False once the chief has handed out the last token.
+bool work(DetachedStrategy& d, Model& model, const ImageBatch& b, StepStats* stats,
+	  const std::function<float(int64_t)>& carried)
 {
 	if (!d.begin_step())
 		return false;
 	const ForwardResult result = model.forward(b.images, b.labels);
 	model.backward(d.begin_final_backward(), BackwardOptions{});
 	StepRequest request;
+	if (carried)
+		request.lr = carried(d.last_token_step());
 	request.samples = b.images.shape()[0];
 	request.loss = result.loss;
 	*stats = d.step(request);
@@ -67,10 +71,11 @@ struct Detached {
 };
 
 // Runs a detached strategy for a plan of `planned` lock-step updates at a constant rate, or at
-// `schedule` on a DetachedStrategy built with `rule` when one is given.
+// `schedule` on a DetachedStrategy built with `rule` when one is given. With `lr_travels` the plan
+// has no schedule: each worker's step carries the rate `schedule` gives its token's step.
 Detached run_detached(const StrategyOptions& o, const OptimizerConfig& optimizer, int64_t planned,
 		      std::unique_ptr<UpdateRule> rule = nullptr,
-		      std::function<float(int64_t)> schedule = [](int64_t) { return lr; })
+		      std::function<float(int64_t)> schedule = [](int64_t) { return lr; }, bool lr_travels = false)
 {
 	const Device cpu;
 	const Topology topology(world().comm(), std::nullopt);
@@ -85,7 +90,8 @@ Detached run_detached(const StrategyOptions& o, const OptimizerConfig& optimizer
 		out.initial = tower::test::parameter_values(*model);
 	DetachedPlan plan;
 	plan.planned_steps = planned;
-	plan.lr = schedule;
+	if (!lr_travels)
+		plan.lr = schedule;
 	d.start(plan);
 	if (d.is_worker()) {
 		DistributedSampler sampler(data().count, batch, d.worker_index(), d.workers(), 99);
@@ -96,7 +102,7 @@ Detached run_detached(const StrategyOptions& o, const OptimizerConfig& optimizer
 		for (int64_t k = 0;; ++k) {
 			const ImageBatch& b = assembler.assemble(sampler.shard(k / sampler.steps_per_epoch(), k % sampler.steps_per_epoch()));
 			StepStats s;
-			if (!work(d, *model, b, &s))
+			if (!work(d, *model, b, &s, lr_travels ? schedule : std::function<float(int64_t)>{}))
 				break;
 			(k == 0 ? out.first_loss : out.last_loss) = s.forward.loss;
 			out.token_steps.push_back(d.last_token_step());
@@ -180,6 +186,23 @@ TEST_CASE("sync-replicas with N == workers and no straggler matches parameter-se
 			for (size_t i = 0; i < sync.token_steps.size(); ++i)
 				CHECK(sync.token_steps[i] == static_cast<int64_t>(i));
 		}
+}
+
+TEST_CASE("without a schedule in the plan, each update takes the learning rate its gradients carried")
+{
+	// A schedule of the workers' own (a PyTorch program's LR scheduler) gives what the same
+	// schedule given to the owners gives (bit for bit at 2 workers; at 3 the owners sum the
+	// gradients in the order they arrive, which moves the last bits).
+	const auto schedule = [](int64_t step) { return lr / static_cast<float>(1 + step / 5); };
+	OptimizerConfig optimizer;
+	optimizer.name = "momentum";
+	const Detached planned = run_detached(options("sync-replicas"), optimizer, 20, nullptr, schedule);
+	const Detached carried = run_detached(options("sync-replicas"), optimizer, 20, nullptr, schedule, true);
+	if (world().size() <= 2)
+		CHECK(carried.parameters == planned.parameters);
+	CHECK(tower::test::max_relative_difference(carried.parameters, planned.parameters) <= 1e-6);
+	const Detached constant = run_detached(options("sync-replicas"), optimizer, 20);
+	CHECK(tower::test::max_relative_difference(carried.parameters, constant.parameters) > 1e-3);
 }
 
 TEST_CASE("sync-replicas with a straggler averages exactly N fresh gradients and drops the rest")
@@ -394,7 +417,7 @@ TEST_CASE("every async gradient was computed on its owners' values of the update
 	for (int64_t k = 0;; ++k) {
 		const ImageBatch& b = assembler.assemble(sampler.shard(k / sampler.steps_per_epoch(), k % sampler.steps_per_epoch()));
 		StepStats stats;
-		if (!work(d, *model, b, &stats))
+		if (!work(d, *model, b, &stats, {}))
 			break;
 		tags.push_back(d.last_tags());
 		std::vector<uint64_t> h(static_cast<size_t>(world().size()), 14695981039346656037ull);

@@ -162,7 +162,7 @@ void DetachedStrategy::push(const std::vector<int64_t>& tags, const StepRequest&
 	std::vector<MPI_Request> requests(segments_.size());
 	for (size_t o = 0; o < segments_.size(); ++o) {
 		auto* head = reinterpret_cast<PushHeader*>(pushes_[o].data());
-		*head = PushHeader{tags[o], request.samples, request.loss, 0};
+		*head = PushHeader{tags[o], request.samples, request.loss, request.lr};
 		auto* gradient = reinterpret_cast<float*>(pushes_[o].data() + sizeof(PushHeader) / sizeof(int64_t));
 		for (const VariableSlice& s : core_.placement().slices)
 			if (s.owner == static_cast<int>(o))

@@ -45,8 +45,8 @@ public:
 	// once the chief has handed out the last token (this worker then says goodbye).
 	bool begin_step() override;
 	GradReadyFn begin_final_backward() override { return {}; }
-	// Pushes each owner its slice of the gradients, tagged with the update the values came from;
-	// `request.lr` is not used (the owners follow the plan's schedule).
+	// Pushes each owner its slice of the gradients, tagged with the update the values came from,
+	// with `request.lr` (which the owners use only where the plan has no schedule).
 	StepStats step(const StepRequest& request) override;
 	bool has_averages() const override { return core_.averages() != nullptr; }
 	void use_averages(bool averaged) override;

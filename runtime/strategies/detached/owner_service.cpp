@@ -174,6 +174,7 @@ void OwnerService::take_gradient(int source, const PushHeader& h, const float* g
 	window_max_ = std::max(window_max_, staleness);
 	++counters_.applied;
 	counters_.samples_applied += h.samples;
+	carried_lr_ = h.lr;
 	if (++accepted_ == s_.rule->gradients_per_update())
 		apply_update();
 }
@@ -190,8 +191,9 @@ void OwnerService::apply_update()
 		std::vector<Parameter*> owned;
 		for (Parameter& p : *s_.owned)
 			owned.push_back(&p);
-		s_.optimizer->step(owned, s_.lr(s_.rule->planned_step(*s_.global_step)));
+		s_.optimizer->step(owned, lr_of_update(*s_.global_step));
 	}
+	applied_lr_ = lr_of_update(*s_.global_step);
 	if (s_.averages)
 		s_.averages->update();
 	std::fill(sum_.begin(), sum_.end(), 0.0f);
@@ -204,6 +206,11 @@ void OwnerService::apply_update()
 	std::fill(taken_.begin(), taken_.end(), 0);
 	serve_waiting();
 	maybe_log_window(false);
+}
+
+float OwnerService::lr_of_update(int64_t update) const
+{
+	return s_.lr ? s_.lr(s_.rule->planned_step(update)) : static_cast<float>(carried_lr_);
 }
 
 void OwnerService::serve_waiting()
@@ -240,7 +247,7 @@ void OwnerService::maybe_log_window(bool last)
 	line.update({{"step", counters_.updates},
 		     {"updates_planned", s_.target},
 		     {"loss", w.received ? w.loss_sum / static_cast<double>(w.received) : 0.0},
-		     {"lr", s_.lr(s_.rule->planned_step(std::max<int64_t>(counters_.updates - 1, 0)))},
+		     {"lr", applied_lr_},
 		     {"updates_per_s", static_cast<double>(w.updates) / elapsed},
 		     {"samples_per_s", static_cast<double>(w.samples_applied) / elapsed}});
 	s_.on_window(line);

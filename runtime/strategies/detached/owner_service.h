@@ -34,7 +34,9 @@ struct PushHeader {
 	int64_t tag = 0;     // the owner's update count when it sent the values the gradient used
 	int64_t samples = 0;
 	double loss = 0;
-	int64_t reserved = 0; // keeps the gradient that follows 8-byte aligned
+	// The learning rate the worker's step() was given: what the update takes where the run has
+	// no schedule of its own (OwnerSetup::lr empty). Also keeps the gradient 8-byte aligned.
+	double lr = 0;
 };
 
 // Leads every reply: whether the worker may compute (0 once the run is over) and the update count.
@@ -104,6 +106,9 @@ struct OwnerSetup {
 	int64_t* global_step = nullptr;          // where the update count lives (a checkpointed tensor)
 	const UpdateRule* rule = nullptr;
 	int64_t target = 0;
+	// The learning rate of an update by the planned step it takes it from. Empty: each update
+	// takes the rate its last gradient carried (PushHeader::lr), so a program whose workers run
+	// a schedule of their own (a PyTorch LR scheduler) needs none here.
 	std::function<float(int64_t planned_step)> lr;
 	// Every owner: called on the owner thread right after each update it applies (its count,
 	// and whether it was the run's last), while nothing else writes its variables; may be empty.
@@ -129,10 +134,13 @@ private:
 	void apply_update();
 	void serve_waiting();
 	void maybe_log_window(bool last);
+	float lr_of_update(int64_t update) const;
 
 	OwnerSetup s_;
 	std::vector<float> sum_; // the gradients of the update being built
 	int accepted_ = 0;
+	double carried_lr_ = 0; // the learning rate the update's last gradient carried
+	double applied_lr_ = 0; // the learning rate of the last update applied
 	int byes_ = 0;
 	OwnerCounters counters_, window_start_;
 	int64_t window_max_ = 0;
