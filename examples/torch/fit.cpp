@@ -1,6 +1,6 @@
 // A libtorch program trained data-parallel through tower: a small network fits a curve, each rank on
 // samples of its own, torch's Adam applying the gradients tower reduced while backward ran (or,
-// under parameter-server, the owners applying torch's Adam rule).
+// under parameter-server and sync-replicas, the owners applying torch's Adam rule).
 //   make && mpirun -np 2 ./fit [STEPS [STRATEGY]]   (PKG_CONFIG_PATH=<prefix>/lib/.../pkgconfig if needed)
 #include <cmath>
 #include <cstdio>
@@ -29,11 +29,16 @@ int main(int argc, char** argv)
 		options.name = "fit";
 		options.strategy.name = strategy;
 		options.strategy.replicated.fusion_mb = 0.004; // several buckets even for this small net
+		// async and sync-replicas: the chief hands out the tokens of `steps` steps and says when
+		// the run is over (opt.more()).
+		const bool detached = options.strategy.name == "async" || options.strategy.name == "sync-replicas";
+		if (detached)
+			options.steps = steps;
 		ta::DistributedOptimizer opt(adam, ta::named_parameters_of(*net), options);
 
 		torch::manual_seed(100 + rank); // every rank draws samples of its own
 		torch::Tensor loss;
-		for (int step = 1; step <= steps; ++step) {
+		for (int step = 1; detached ? opt.more() : step <= steps; ++step) {
 			const torch::Tensor x = torch::rand({64, 1}) * 6.0 - 3.0;
 			const torch::Tensor y = torch::sin(x) * 0.5 + 0.1 * x;
 			opt.zero_grad();

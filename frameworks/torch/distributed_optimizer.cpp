@@ -88,7 +88,8 @@ OptimizerConfig owner_rule(torch::optim::Optimizer& optimizer, size_t index, std
 DistributedOptimizer::DistributedOptimizer(torch::optim::Optimizer& optimizer,
 					   std::vector<std::pair<std::string, at::Tensor>> parameters,
 					   const ReducerOptions& options)
-	: optimizer_(optimizer), owners_apply_(options.strategy.name != "replicated")
+	: optimizer_(optimizer), owners_apply_(options.strategy.name != "replicated"),
+	  detached_(options.strategy.name == "async" || options.strategy.name == "sync-replicas")
 {
 	ReducerOptions first = options;
 	if (first.problem.empty())
@@ -146,13 +147,24 @@ ReduceResult DistributedOptimizer::synchronize()
 	return last_;
 }
 
+bool DistributedOptimizer::more() const
+{
+	for (const auto& r : reducers_)
+		if (r && (!r->detached() || r->more()))
+			return true;
+	return false;
+}
+
 bool DistributedOptimizer::step()
 {
 	if (owners_apply_) {
 		ReduceResult all;
 		double squares = 0;
+		if (detached_ && !more())
+			throw Error("step() after the run ended (its `steps` spent): loop while more() is true");
 		for (size_t g = 0; g < reducers_.size(); ++g) {
-			if (!reducers_[g])
+			// Under async one group's tokens may run out a step before another's.
+			if (!reducers_[g] || (detached_ && !reducers_[g]->more()))
 				continue;
 			const auto lr = static_cast<float>(optimizer_.param_groups()[g].options().get_lr());
 			const ReduceResult r = reducers_[g]->synchronize(lr);
@@ -163,6 +175,10 @@ bool DistributedOptimizer::step()
 		}
 		all.grad_norm = std::sqrt(squares);
 		last_ = all;
+		if (detached_ && !more())
+			for (const auto& r : reducers_)
+				if (r)
+					r->finish_run(); // collective: every rank gets the final values
 		return !all.skipped;
 	}
 	if (!synchronized_)

@@ -46,6 +46,10 @@ OptimizerConfig owner_rule(torch::optim::Optimizer& optimizer, size_t index, std
 // Under strategy "parameter-server" the wrapped optimizer never steps: each parameter group's
 // gradients go to the owners of its slices, who apply the group's rule (owner_rule) with the
 // learning rate the group holds at that step, and every rank receives the new values in step().
+// Under "async" and "sync-replicas" (ReducerOptions::steps gives the run's length) the ranks do not
+// step together: loop `while (opt.more())`; each step() pushes the gradients to the owners, who
+// apply them with the learning rate they carry, and fetches the values of the next step. The
+// step() that finds the run over brings every rank the final values.
 class DistributedOptimizer {
 public:
 	// Collective: checks that the ranks agree on the options and parameters, gives every rank
@@ -62,6 +66,9 @@ public:
 	// reduced gradient was inf or NaN (then no rank applies it); under parameter-server, the
 	// owners' update of every group. True when applied (every group's, under parameter-server).
 	bool step();
+	// async and sync-replicas: whether the chief granted this rank another step (always true
+	// under the lock-step strategies).
+	bool more() const;
 	const ReduceResult& last() const { return last_; }
 	torch::optim::Optimizer& wrapped() { return optimizer_; }
 
@@ -71,6 +78,7 @@ private:
 	// nothing to train).
 	std::vector<std::unique_ptr<GradientReducer>> reducers_;
 	bool owners_apply_ = false;
+	bool detached_ = false; // async or sync-replicas
 	ReduceResult last_;
 	bool synchronized_ = false;
 };

@@ -69,17 +69,34 @@ std::string check_parameters(const std::vector<std::pair<std::string, at::Tensor
 	abort_job(1);
 }
 
+bool is_detached(const std::string& strategy)
+{
+	return strategy == "async" || strategy == "sync-replicas";
+}
+
 // What the adapter cannot run of the strategy and rule asked for, or "".
 std::string check_strategy(const ReducerOptions& options)
 {
 	const std::string& name = options.strategy.name;
 	const bool owners_apply = options.optimizer.name != "none";
+	const bool detached = is_detached(name);
+	if (!detached && options.steps != 0)
+		return fmt::format("`steps` {} belongs to async and sync-replicas, whose chief plans the run's tokens; "
+				   "`strategy` {} steps for as long as the program calls step()", options.steps, name);
+	if (name == "replicated" && options.strategy.ema_decay)
+		return "`ema_decay` under `strategy` replicated: the torch optimizer applies the update there; average "
+		       "with torch.optim.swa_utils.AveragedModel, or use an owner strategy";
 	if (name == "replicated")
 		return owners_apply ? "under `strategy` replicated the wrapped torch optimizer applies the update" : "";
-	if (name != "parameter-server")
-		return fmt::format("`strategy` {} is not available to PyTorch programs yet; use replicated or "
-				   "parameter-server", name);
-	return owners_apply ? "" : "under `strategy` parameter-server the owners apply the update: give its rule";
+	if (!owners_apply)
+		return fmt::format("under `strategy` {} the owners apply the update: give its rule", name);
+	if (detached && options.steps <= 0)
+		return fmt::format("`strategy` {} needs the run's length, `steps` (lock-step steps; the chief hands out "
+				   "the tokens for them and the run ends when they are spent); got {}", name, options.steps);
+	if (detached && options.backward_passes_per_step != 1)
+		return fmt::format("backward_passes_per_step {}: `strategy` {} pushes one gradient per token; sum the "
+				   "passes yourself or use a lock-step strategy", options.backward_passes_per_step, name);
+	return "";
 }
 
 } // namespace
@@ -96,6 +113,7 @@ GradientReducer::GradientReducer(std::vector<std::pair<std::string, at::Tensor>>
 	agree(private_comm(), problem);
 	std::vector<AgreedField> agreed = options.agreed;
 	agreed.emplace_back("backward_passes_per_step", std::to_string(passes_per_step_));
+	agreed.emplace_back("steps", std::to_string(options.steps));
 	agree_on_fields(private_comm(), agreed, fmt::format("tower.torch.DistributedOptimizer '{}'", options.name));
 
 	for (auto& [name, t] : parameters) {
@@ -138,6 +156,31 @@ GradientReducer::GradientReducer(std::vector<std::pair<std::string, at::Tensor>>
 	MPI_Comm_dup(MPI_COMM_WORLD, &flags_comm_);
 	servers_ = options.strategy.name == "parameter-server" ? options.strategy.ps_ranks : 0;
 	closer_ = add_closer([this] { close(); });
+	if (is_detached(options.strategy.name))
+		start_run(options.steps);
+}
+
+// The detached strategies: this rank's owner thread starts, and a worker fetches the values of
+// its first token. No schedule in the plan: each update takes the learning rate its gradients
+// carry from step(lr), which the program's own scheduler sets.
+void GradientReducer::start_run(int64_t steps)
+{
+	detached_ = true;
+	DetachedPlan plan;
+	plan.planned_steps = steps;
+	optimizer_->detached()->start(plan);
+	more_ = optimizer_->is_worker() && optimizer_->begin_step();
+}
+
+std::string GradientReducer::finish_run()
+{
+	if (!detached_ || !run_totals_.empty())
+		return run_totals_;
+	if (more_)
+		throw Error(fmt::format("rank {} ends the run with a step still granted: call step() while more() is "
+					"true", topology().rank()));
+	run_totals_ = open().detached()->finish().dump();
+	return run_totals_;
 }
 
 GradientReducer::~GradientReducer()
@@ -156,6 +199,15 @@ void GradientReducer::close()
 		end_job(fmt::format("rank {} closed its optimizer while the first worker (rank {}) announced another "
 				    "step: every worker must take the same number of steps",
 				    topology().rank(), servers_));
+	if (!finalized && detached_ && run_totals_.empty()) {
+		// The owners wait for this worker's gradient or its goodbye: without them the others
+		// would wait forever.
+		if (more_)
+			end_job(fmt::format("rank {} closed its optimizer with a step still granted (`strategy` {}): loop "
+					    "while more() is true, calling step() each time", topology().rank(),
+					    open().facts().name));
+		finish_run();
+	}
 	if (finalized && servers_ > 0)
 		std::fprintf(stderr, "tower.torch: rank %d closes its optimizer after MPI ended: the servers were not told "
 				     "the run is over, and the parameters that lived in tower's memory are now zeros\n",
@@ -231,6 +283,8 @@ void GradientReducer::bind(size_t index, bool keep_values)
 
 void GradientReducer::accumulated(size_t index)
 {
+	if (detached_ && !more_)
+		return; // this group's run is over on this worker; its other groups may still step
 	if (!in_step_)
 		begin_step();
 	int& seen = passes_seen_[index];
@@ -260,6 +314,10 @@ bool GradientReducer::serve_step()
 	if (optimizer.is_worker())
 		end_job(fmt::format("serve() on rank {}, which trains: only the ranks below `ps_ranks` serve",
 				    topology().rank()));
+	if (detached_) {
+		finish_run(); // the owner thread serves; the run ends when the workers' tokens are spent
+		return false;
+	}
 	if (run_ended_ || !announce(false, 0.0f))
 		return false;
 	const StepStats stats = optimizer.step(announced_lr_);
@@ -276,6 +334,8 @@ ReduceResult GradientReducer::synchronize(float lr)
 	// The other ranks are in the step's collectives already: a mismatch ends the job, with why.
 	if (!optimizer.is_worker())
 		end_job(serves_only());
+	if (detached_)
+		return push(lr);
 	if (servers_ > 0 && !announce(true, lr))
 		end_job(fmt::format("rank {} takes another step after the first worker (rank {}) ended the run: every "
 				    "worker must take the same number of steps", topology().rank(), servers_));
@@ -309,6 +369,30 @@ ReduceResult GradientReducer::synchronize(float lr)
 	result.grad_norm = stats.grad_norm;
 	result.allreduce_s = stats.allreduce_s;
 	result.hidden_fraction = stats.hidden_fraction;
+	result.buckets = bucket_count();
+	return result;
+}
+
+// The detached strategies' step on a worker: pushes each owner its slice (a parameter this rank
+// did not use pushes what its .grad holds), then fetches the values of the next token, if the
+// chief grants one. Not collective: workers do not wait for each other.
+ReduceResult GradientReducer::push(float lr)
+{
+	if (!more_)
+		throw Error(fmt::format("step() on rank {} after its run ended (`strategy` {}, `steps` spent): loop while "
+					"more() is true", topology().rank(), open().facts().name));
+	if (!in_step_)
+		begin_step();
+	in_step_ = false;
+	for (size_t i = 0; i < parameters_.size(); ++i)
+		if (passes_seen_[i] == 0)
+			bind(i, true);
+	const StepStats stats = optimizer_->step(lr);
+	more_ = optimizer_->begin_step();
+	ReduceResult result;
+	result.skipped = stats.skipped;
+	result.grad_norm = stats.grad_norm;
+	result.allreduce_s = stats.allreduce_s;
 	result.buckets = bucket_count();
 	return result;
 }

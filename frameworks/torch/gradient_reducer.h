@@ -44,6 +44,9 @@ struct ReducerOptions {
 	OptimizerConfig optimizer = none_optimizer();
 	// Horovod's backward_passes_per_step: the passes summed locally before one reduction.
 	int backward_passes_per_step = 1;
+	// async and sync-replicas: the run's length in lock-step steps, from which the chief plans
+	// its tokens (sync-replicas: `steps` updates; async: `steps` times the workers' gradients).
+	int64_t steps = 0;
 	// Names this optimizer in errors and in the run agreement.
 	std::string name;
 	// What else every rank must hold alike: the wrapped optimizer's class and settings.
@@ -83,8 +86,23 @@ public:
 	// Collective, on a rank that only serves variables (parameter-server with `ps_ranks` above
 	// 0): the owners' side of one synchronize() of the workers, with the learning rate the first
 	// worker passed. False, without stepping, once the workers closed their reducers (their
-	// shutdown() ends the servers' loop).
+	// shutdown() ends the servers' loop). Under async and sync-replicas: waits for the run's end
+	// (finish_run()) and returns false.
 	bool serve_step();
+	// async and sync-replicas, the detached strategies: whether the chief granted this worker
+	// another step. The reducer fetched the owners' newest values for it already (at
+	// construction, then at the end of each synchronize()), so the next forward computes on them.
+	bool detached() const { return detached_; }
+	bool more() const { return more_; }
+	// Collective, once no group of this worker has more (every rank calls it for every reducer,
+	// in the order they were made; a server through serve_step()): waits for the owners to apply
+	// the last gradients, brings the final values to every rank and returns the chief's totals
+	// (updates, gradients applied and dropped, staleness) as JSON. Idempotent.
+	std::string finish_run();
+	// Collective, with `ema_decay` under an owner strategy: every rank's parameters take the
+	// variables' moving averages (true) or the trained values back (false). Under async and
+	// sync-replicas, after the run's end.
+	void use_averages(bool averaged) { open().use_averages(averaged); }
 	bool is_worker() const { return open().is_worker(); }
 	// Among the ranks that train: this rank's place (-1 on a server) and their number.
 	int worker_index() const { return open().worker_index(); }
@@ -106,6 +124,8 @@ public:
 
 private:
 	void begin_step();
+	void start_run(int64_t steps);
+	ReduceResult push(float lr);
 	bool announce(bool step, float lr);
 	std::string serves_only() const;
 	void bind(size_t index, bool keep_values);
@@ -124,6 +144,9 @@ private:
 	bool applies_update_ = false;
 	int servers_ = 0;          // ranks 0..servers_-1 only serve; the first worker announces each step
 	bool run_ended_ = false;   // the workers announced their end
+	bool detached_ = false;    // async or sync-replicas
+	bool more_ = false;        // detached: a token is granted, and its values fetched
+	std::string run_totals_;   // detached: finish_run()'s result, once run
 	float announced_lr_ = 0;
 	bool in_step_ = false;
 	BackwardPass pass_;

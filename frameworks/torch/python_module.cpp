@@ -1,12 +1,14 @@
 // The Python extension behind tower.torch (python/tower/torch/): the process, the tensor
 // collectives and the gradient reducer, bound with pybind11. The Horovod-named API is in Python.
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <torch/extension.h>
 
+#include "runtime/options/field_rules.h"
 #include "runtime/options/names.h"
 #include "base/error.h"
 #include "base/field_spelling.h"
@@ -38,6 +40,10 @@ struct ReducerArguments {
 	std::string strategy = "replicated";
 	int ps_ranks = 0;
 	bool deterministic = false;
+	int64_t steps = 0;
+	// The owner strategies' own options by their rows' ids (replicas_to_aggregate, async_scale,
+	// max_staleness, ema_decay), as the program gave them.
+	std::vector<std::pair<std::string, std::string>> strategy_rows;
 	// The owners' update rule as rows of tower's optimizer table (id, text); empty: the torch
 	// optimizer applies the update.
 	std::vector<std::pair<std::string, std::string>> rule;
@@ -49,7 +55,10 @@ struct ReducerArguments {
 // keyword is the field's id, and the row's error names it.
 void set_field(StrategyOptions& s, const std::string& id, const std::string& text)
 {
-	find_field(strategy_fields(), id)->set(s, text);
+	const Field<StrategyOptions>* row = find_field(strategy_fields(), id);
+	if (row == nullptr)
+		throw Error(fmt::format("the strategy has no option `{}`", id));
+	row->set(s, text);
 }
 
 ReducerOptions reducer_options(const ReducerArguments& a)
@@ -69,6 +78,13 @@ ReducerOptions reducer_options(const ReducerArguments& a)
 	r.overlap = a.overlap;
 	set_field(o.strategy, "deterministic", a.deterministic ? "true" : "false");
 	set_field(o.strategy, "ps_ranks", std::to_string(a.ps_ranks));
+	std::set<std::string> given;
+	for (const auto& [id, text] : a.strategy_rows) {
+		set_field(o.strategy, id, text);
+		given.insert(id);
+	}
+	check_fields_read(strategy_fields(), given, o.strategy.name);
+	o.steps = a.steps;
 	for (const auto& [id, text] : a.rule) {
 		const Field<OptimizerConfig>* row = find_field(optimizer_fields(), id);
 		if (row == nullptr)
@@ -141,6 +157,18 @@ public:
 	{
 		py::gil_scoped_release unlocked;
 		return open().serve_step();
+	}
+	bool more() { return open().more(); }
+	bool detached() { return open().detached(); }
+	std::string finish_run()
+	{
+		py::gil_scoped_release unlocked;
+		return open().finish_run();
+	}
+	void use_averages(bool averaged)
+	{
+		py::gil_scoped_release unlocked;
+		open().use_averages(averaged);
 	}
 	bool is_worker() { return open().is_worker(); }
 	int worker_index() { return open().worker_index(); }
@@ -253,6 +281,8 @@ PYBIND11_MODULE(_core, m)
 		.def_readwrite("strategy", &ReducerArguments::strategy)
 		.def_readwrite("ps_ranks", &ReducerArguments::ps_ranks)
 		.def_readwrite("deterministic", &ReducerArguments::deterministic)
+		.def_readwrite("steps", &ReducerArguments::steps)
+		.def_readwrite("strategy_rows", &ReducerArguments::strategy_rows)
 		.def_readwrite("rule", &ReducerArguments::rule)
 		.def_readwrite("agreed", &ReducerArguments::agreed)
 		.def_readwrite("problem", &ReducerArguments::problem);
@@ -262,6 +292,10 @@ PYBIND11_MODULE(_core, m)
 		.def("synchronize", &PyReducer::synchronize, py::arg("lr") = 0.0f)
 		.def("applies_update", [](PyReducer& r) { return r.applies_update(); })
 		.def("serve_step", &PyReducer::serve_step)
+		.def("more", &PyReducer::more)
+		.def("detached", &PyReducer::detached)
+		.def("finish_run", &PyReducer::finish_run)
+		.def("use_averages", &PyReducer::use_averages)
 		.def("is_worker", &PyReducer::is_worker)
 		.def("worker_index", &PyReducer::worker_index)
 		.def("workers", &PyReducer::workers)

@@ -1,5 +1,6 @@
 """tower.torch.DistributedOptimizer: any torch optimizer, its gradients reduced by tower."""
 import contextlib
+import json
 
 import torch
 
@@ -63,6 +64,9 @@ class _DistributedOptimizer:
         # owners apply each group's rule with its learning rate.
         self._tower_reducers = reducers
         self._tower_owners_apply = any(r is not None and r.applies_update() for r in reducers)
+        # async and sync-replicas: the ranks do not step together; each step() pushes and fetches.
+        self._tower_detached = any(r is not None and r.detached() for r in reducers)
+        self._tower_run = None
         self._tower_check_every = check_every
         self._tower_steps = 0
         self._tower_should_synchronize = True
@@ -146,19 +150,46 @@ class _DistributedOptimizer:
                                  "owners keep the rule they were given, and only the learning rate may change (a "
                                  "scheduler that cycles momentum or betas, e.g. OneCycleLR's cycle_momentum, needs "
                                  "strategy='replicated')")
+        if self._tower_detached and not self.more():
+            raise TowerError("step() after the run ended (its steps= spent): loop while optimizer.more()")
         results = []
         with _core.Span("owners' update", "update"):
             for reducer, group in zip(self._tower_reducers, self.param_groups):
-                if reducer is not None:
+                # Under async one group's tokens may run out a step before another's.
+                if reducer is not None and (not self._tower_detached or reducer.more()):
                     results.append(reducer.synchronize(float(group["lr"])))
         self._tower_last = {"skipped": any(r["skipped"] for r in results),
                             "grad_norm": sum(r["grad_norm"] ** 2 for r in results) ** 0.5,
                             "allreduce_s": sum(r["allreduce_s"] for r in results),
                             "hidden_fraction": 0.0, "buckets": sum(r["buckets"] for r in results)}
         self._tower_steps += 1
+        if self._tower_detached and not self.more():
+            self._tower_finish_run()
         if self._tower_check_every and self._tower_steps % self._tower_check_every == 0:
             hashes = [r.check_replicas() for r in self._tower_reducers if r is not None]
             self._tower_last["replica_hash"] = ",".join(f"{h:016x}" for h in hashes)
+
+    def _tower_finish_run(self):
+        """Collective, on every rank once its run is over: the owners apply the last gradients and
+        every rank's parameters take the final values."""
+        self._tower_run = [json.loads(r.finish_run()) for r in self._tower_reducers if r is not None]
+
+    def more(self):
+        """Under async and sync-replicas: whether this worker takes another step (the chief granted
+        it a token, and the parameters hold the owners' values for it). The loop is
+        `while opt.more(): ...; opt.step()`. The step() that ends the run leaves every rank the
+        final values. Always True under the lock-step strategies."""
+        if not self._tower_detached:
+            return True
+        return any(r.more() for r in self._tower_reducers if r is not None)
+
+    def use_averages(self, averaged=True):
+        """Collective, with ema_decay= under an owner strategy: the parameters take the variables'
+        moving averages (True) or the trained values back (False). Under async and sync-replicas,
+        once the run is over."""
+        for reducer in self._tower_reducers:
+            if reducer is not None:
+                reducer.use_averages(bool(averaged))
 
     def _tower_first(self):
         return next(r for r in self._tower_reducers if r is not None)
@@ -179,7 +210,14 @@ class _DistributedOptimizer:
     def serve(self):
         """On a rank that only serves variables: applies the workers' updates, step after step, with
         the learning rates the first worker announces, until the workers end (their shutdown(), or
-        the end of their program). Collective with the workers' step() calls."""
+        the end of their program). Collective with the workers' step() calls. Under async and
+        sync-replicas the owners serve on a thread of their own; this waits for the run's end."""
+        if self._tower_detached:
+            for reducer in self._tower_reducers:
+                if reducer is not None:
+                    reducer.serve_step()
+            self._tower_finish_run()
+            return self._tower_run[0]["updates"]
         steps = 0
         while all(r.serve_step() for r in self._tower_reducers if r is not None):
             steps += 1
@@ -197,8 +235,13 @@ class _DistributedOptimizer:
         return super(self.__class__, self).zero_grad(*args, **kwargs)
 
     def tower_stats(self):
-        """The last step's reduction: skipped, grad_norm, allreduce_s, hidden_fraction, buckets."""
-        return dict(self._tower_last)
+        """The last step's reduction: skipped, grad_norm, allreduce_s, hidden_fraction, buckets.
+        Under async and sync-replicas, once the run is over, also "run": each group's totals from
+        its chief (updates, gradients_applied, dropped_stale, staleness_mean, ...)."""
+        stats = dict(self._tower_last)
+        if self._tower_run is not None:
+            stats["run"] = self._tower_run
+        return stats
 
     def tower_close(self):
         """Collective: what shutdown() does for this optimizer alone. Under parameter-server with
@@ -218,7 +261,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                          op=Average, gradient_predivide_factor=1.0, num_groups=0, groups=None,
                          sparse_as_dense=False, process_set=None, *, allreduce="auto", fusion_mb=4.0,
                          overlap=True, strategy="replicated", ps_ranks=0, deterministic=False, name="",
-                         check_every=0):
+                         check_every=0, steps=0, replicas_to_aggregate=0, async_scale=True, max_staleness=None,
+                         ema_decay=None):
     """Wraps `optimizer` (any torch.optim.Optimizer): gradients are reduced over the ranks as
     backward finalizes them, and step() applies the reduced ones (collective: every rank makes
     the same calls). Horovod's arguments, plus tower's own: allreduce= (auto, ring, hierarchical,
@@ -231,7 +275,10 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     0..K-1 only serve: they run serve(), and the workers split the data by worker_rank() and
     worker_count()), name=, check_every=
     (every K steps, compare the ranks' parameters by hash: an error naming the ranks that
-    differ)."""
+    differ). async and sync-replicas (owners that apply each gradient, or each N of them, as
+    they come) need steps= (the run's length in lock-step steps) and a loop `while opt.more()`;
+    their options: replicas_to_aggregate= (sync-replicas), async_scale= and max_staleness=
+    (async); ema_decay= keeps moving averages on the owners (use_averages())."""
     # What is wrong on this rank goes to the reducer's agreement: an error on every rank, not a
     # rank that raises while the others wait for it.
     problems = []
@@ -249,6 +296,10 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     if not isinstance(check_every, int) or check_every < 0:
         problems.append(f"check_every={check_every!r}: a number of steps, 0 (never) or more")
         check_every = 0
+    detached = strategy in ("async", "sync-replicas")
+    if detached and check_every:
+        problems.append(f"check_every= under strategy={strategy!r}: its workers do not step together, so there is "
+                        "no step at which to compare them; the run's end brings every rank the same values")
     if strategy != "replicated":
         # The all-reduce's own options mean nothing where the gradients go to their owners.
         given = {"allreduce": allreduce != "auto", "fusion_mb": fusion_mb != 4.0, "overlap": overlap is not True,
@@ -306,11 +357,24 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         a.strategy = strategy
         a.ps_ranks = ps_ranks if isinstance(ps_ranks, int) else -1
         a.deterministic = bool(deterministic)
+        a.steps = steps if isinstance(steps, int) else -1
+        a.strategy_rows = strategy_rows
         a.rule = rule
         a.agreed = agreed
         a.problem = problem
         return a
 
+    # The owner strategies' own options, given only where the program gave them: the library
+    # refuses each under a strategy that does not read it.
+    strategy_rows = []
+    if replicas_to_aggregate != 0:
+        strategy_rows.append(("replicas_to_aggregate", str(replicas_to_aggregate)))
+    if async_scale is not True:
+        strategy_rows.append(("async_scale", "false" if async_scale is False else str(async_scale)))
+    if max_staleness is not None:
+        strategy_rows.append(("max_staleness", str(max_staleness)))
+    if ema_decay is not None:
+        strategy_rows.append(("ema_decay", repr(ema_decay)))
     agreed = _settings(optimizer) + [("check_every", str(check_every))]
     if strategy == "replicated":
         reducers = [_core.GradientReducer([(key, p) for key, p, _ in ordered],

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Installs tower into a temporary prefix, builds examples/torch/fit.cpp (a libtorch program) against
 it with nothing but `pkg-config --cflags --libs tower-torch`, and trains it under mpirun at 2 ranks,
-under replicated and parameter-server: its loss must fall below 0.01 with the replicas identical.
+under replicated, parameter-server and sync-replicas: its loss must fall below 0.01 with the replicas identical.
 At 1 rank, parameter-server (the owner applies tower's rule for torch's Adam) must end where
 replicated (torch's own Adam) ends, within 1e-5.
 Usage: cpp_example_test.py BUILD_DIR SOURCE_DIR MPIRUN"""
@@ -41,7 +41,7 @@ with tempfile.TemporaryDirectory(prefix="tower-torch-example-") as tmp:
             fail(f"fit {strategy} at {ranks} rank(s) failed ({r.returncode}): {r.stdout[-1500:]} {r.stderr[-1500:]}")
         return float(result.rsplit(" ", 1)[1])
 
-    for strategy in ("replicated", "parameter-server"):
+    for strategy in ("replicated", "parameter-server", "sync-replicas"):
         fit(2, strategy)
     torch_adam, owners = fit(1, "replicated"), fit(1, "parameter-server")
     if abs(owners - torch_adam) > 1e-5 * abs(torch_adam):

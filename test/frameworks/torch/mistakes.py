@@ -51,7 +51,7 @@ try:
         wrap(model(), lr=0.1 if R == 0 else 0.2)
     elif mistake == "horovod-name-outside":
         opt = wrap(model(), op=hvd.Adasum)
-    elif mistake == "strategy":
+    elif mistake == "detached-without-steps":
         wrap(model(), strategy="async")
     elif mistake == "owner-optimizer-class":
         m = model()

@@ -1,8 +1,10 @@
-"""Run under mpirun by torch_test.py: a PyTorch program under parameter-server, whose owners apply
-torch's own SGD (momentum, Nesterov, weight decay), Adam and AdamW rules per parameter group with
-the learning rate a scheduler sets, ends within 1e-5 of plain PyTorch in one process on the same
-global batches, with every rank an owner and (at 3 ranks) with rank 0 a server that runs serve();
-and deterministic=True gives one result, bit for bit, whatever allreduce= is.
+"""Run under mpirun by torch_test.py: a PyTorch program under parameter-server and under
+sync-replicas (one gradient per worker per update), whose owners apply torch's own SGD (momentum,
+Nesterov, weight decay), Adam and AdamW rules per parameter group with the learning rate a
+scheduler sets, ends within 1e-5 of plain PyTorch in one process on the same global batches, with
+every rank an owner and (at 3 ranks) with rank 0 a server that runs serve(); async trains, applying
+one update per gradient; and deterministic=True gives one result, bit for bit, whatever
+allreduce= is.
 Exits non-zero on the first failure. Usage: strategies.py"""
 import sys
 import warnings
@@ -14,7 +16,7 @@ import tower.torch as hvd
 from lines import say
 
 
-hvd.init()
+hvd.init(stall_warn_s=5, stall_abort_s=30)
 R, N = hvd.rank(), hvd.size()
 torch.set_num_threads(1)
 GLOBAL_BATCH, STEPS = 24, 20
@@ -62,12 +64,19 @@ def train(kind, data, distributed=None):
             return None
         per = GLOBAL_BATCH // opt.worker_count()
         first = opt.worker_rank() * per
-    for x, y in data:
+    steps = 0
+    # Under async and sync-replicas the chief decides when the run ends: loop while more().
+    detached = distributed is not None and distributed.get("strategy") in ("async", "sync-replicas")
+    while opt.more() if detached else steps < len(data):
+        x, y = data[steps % len(data)]
         opt.zero_grad()
         F.cross_entropy(model(x[first:first + per]), y[first:first + per]).backward()
         opt.step()
         scheduler.step()
+        steps += 1
     if distributed is not None:
+        model.tower_stats = opt.tower_stats()
+        model.tower_steps = steps
         opt.tower_close()
     return model
 
@@ -92,17 +101,43 @@ warnings.filterwarnings("error", message=r"Seems like `optimizer.step\(\)` has b
 warnings.filterwarnings("error", message=r"Detected call of `lr_scheduler.step\(\)` before")
 # Every rank an owner; and at 3 ranks, rank 0 a server with 2 workers (a global batch of 24 splits
 # into 12 each, as into 8 each over 3).
+# sync-replicas aggregates one gradient of every worker per update, which is the global batch's
+# step; its learning rate travels with the gradients, so the workers' StepLR sets it.
+owner_runs = [("parameter-server", {"check_every": 10}), ("sync-replicas", {"steps": STEPS})]
 for servers in (0, 1) if N == 3 else (0,):
-    for kind in ("sgd", "adam", "adamw"):
-        expected = train(kind, data)
-        got = train(kind, data, {"strategy": "parameter-server", "ps_ranks": servers, "check_every": 10})
-        if got is None:
-            continue
-        worst = worst_relative(got, expected)
-        ok = worst <= 1e-5
-        failed = failed or not ok
-        say(f"rank {R}: parameter-server with {servers} server(s), torch {kind} with two groups and StepLR, "
-            f"{N} rank(s): worst relative difference {worst:.2e} {'ok' if ok else 'FAILED'}")
+    for strategy, extra in owner_runs:
+        for kind in ("sgd", "adam", "adamw"):
+            expected = train(kind, data)
+            got = train(kind, data, {"strategy": strategy, "ps_ranks": servers, **extra})
+            if got is None:
+                continue
+            worst = worst_relative(got, expected)
+            ok = worst <= 1e-5 and got.tower_steps == STEPS
+            failed = failed or not ok
+            say(f"rank {R}: {strategy} with {servers} server(s), torch {kind} with two groups and StepLR, "
+                f"{N} rank(s), {got.tower_steps} steps: worst relative difference {worst:.2e} "
+                f"{'ok' if ok else 'FAILED'}")
+
+# async: every gradient is one update, as it arrives (scaled by 1/workers), STEPS per worker in
+# all; the run's end leaves every rank the same values, and the loss on the whole data went down by
+# at least half as much as plain PyTorch's did.
+got = train("sgd", data, {"strategy": "async", "steps": STEPS})
+
+
+def loss_of(model):
+    with torch.no_grad():
+        return sum(F.cross_entropy(model(x), y).item() for x, y in data) / len(data)
+
+
+before, after, plain = loss_of(make_model()), loss_of(got), loss_of(train("sgd", data))
+run = got.tower_stats["run"]
+same = torch.equal(hvd.allgather(flat(got)[None])[0], flat(got))  # rank 0's against this rank's
+ok = all(r["updates"] == STEPS * N for r in run) and before - after >= 0.5 * (before - plain) and same
+failed = failed or not ok
+say(f"rank {R}: async, torch sgd with two groups, {N} rank(s): updates per group {[r['updates'] for r in run]} "
+    f"(planned {STEPS * N}), this worker's steps {got.tower_steps}, loss {before:.4f} -> {after:.4f} "
+    f"(plain PyTorch: {plain:.4f}), "
+    f"{'the same values on every rank' if same else 'DIFFERENT values'} {'ok' if ok else 'FAILED'}")
 
 # deterministic=True: every all-reduce mode sums in one order, so the bits agree.
 if N > 1:

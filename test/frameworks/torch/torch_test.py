@@ -68,7 +68,7 @@ mistakes = {
     "different-model": "'a.weight f32 [8, 4]' on rank 0",
     "different-optimizer": "param_groups[0].lr is 0.1 on rank 0 and 0.2 on rank 1",
     "horovod-name-outside": "tower.torch does not provide 'Adasum'",
-    "strategy": "strategy= async is not available to PyTorch programs yet",
+    "detached-without-steps": "strategy= async needs the run's length, steps=",
     "owner-optimizer-class": "RMSprop: under an owner strategy the owners apply the update with torch's SGD, Adam",
     "owner-amsgrad": "param_groups[0] amsgrad=True: the owners' rule matches torch's only with amsgrad=False",
     "owner-synchronize": "synchronize() under an owner strategy",
