@@ -12,6 +12,7 @@
 #include "base/tensor/parameter.h"
 #include "optim/loss_scale.h"
 #include "optim/optimizer.h"
+#include "runtime/checkpoint/checkpointed.h"
 #include "runtime/strategies/detached_run.h"
 #include "runtime/strategies/strategy_options.h"
 
@@ -66,7 +67,7 @@ struct BatchReport {
 // step() is collective over the topology's world; several optimizers over the same ranks each
 // have their own communicators, buckets and threads, and must be stepped in the same order on
 // every rank.
-class DistributedOptimizer {
+class DistributedOptimizer : public Checkpointed {
 public:
 	// Collective over the topology's world: builds `options.name` over `parameters` (which must
 	// outlive it, with their gradients allocated in the values' shape; those may be rebound into
@@ -81,7 +82,7 @@ public:
 	// scale of its own, with the same options. `shared` must outlive it; only one of the two may
 	// be inside a step at a time.
 	DistributedOptimizer(DistributedOptimizer& shared, const std::string& name);
-	~DistributedOptimizer();
+	~DistributedOptimizer() override;
 	DistributedOptimizer(const DistributedOptimizer&) = delete;
 	DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
 
@@ -102,8 +103,8 @@ public:
 	// with the optimizers that share it. The parameters and the loss scale stay.
 	void reset_optimizer_state();
 
-	const std::string& name() const { return settings_.name; }
-	const std::vector<Parameter*>& parameters() const;
+	const std::string& name() const override { return settings_.name; }
+	const std::vector<Parameter*>& parameters() const override;
 	bool is_worker() const;
 	int worker_index() const;
 	int workers() const;
@@ -118,10 +119,10 @@ public:
 	// What a checkpoint holds of this optimizer on this rank, named "<name>/..." when it has a
 	// name: the strategy's variables (left to the optimizer it shares them with, if any), then
 	// the loss-scale state.
-	std::vector<NamedTensor> variables();
-	bool saves_variables() const;
+	std::vector<NamedTensor> variables() override;
+	bool saves_variables() const override;
 	// Collective, after a checkpoint's values were written into variables() on the saving ranks.
-	void variables_restored();
+	void variables_restored() override;
 
 	// The strategy itself (runtime/strategies/strategy.h: tower's own interface, not installed).
 	Strategy& strategy() const;

@@ -151,16 +151,21 @@ std::vector<std::string> generation_argv(const Launch& l, int generation)
 		write_hostfile(file, l.sizing.hosts);
 		argv.insert(argv.end(), {"--hostfile", file});
 	}
-	argv.push_back(self_path());
 	// A relaunch resumes from the newest checkpoint of its own directory, not from where the
 	// first generation was told to start (a --resume PATH of the command would lose every
-	// step since); with none there yet, the command runs as given.
+	// step since); with none there yet, the command runs as given. A program of its own learns
+	// it from TOWER_RESUME (generation_env).
 	const int64_t checkpoint = latest_checkpoint(opt.checkpoint_dir);
 	const bool relaunch_resumes = generation > 1 && checkpoint >= 0;
-	const std::vector<std::string> command = relaunch_resumes ? without_resume(opt.command) : opt.command;
-	argv.insert(argv.end(), command.begin(), command.end());
-	if (relaunch_resumes)
-		argv.push_back("--resume");
+	if (opt.program) {
+		argv.insert(argv.end(), opt.command.begin(), opt.command.end());
+	} else {
+		argv.push_back(self_path());
+		const std::vector<std::string> command = relaunch_resumes ? without_resume(opt.command) : opt.command;
+		argv.insert(argv.end(), command.begin(), command.end());
+		if (relaunch_resumes)
+			argv.push_back("--resume");
+	}
 	say(fmt::format("generation {}: {} rank(s){}{}", generation, l.sizing.size,
 			opt.hostfile.empty() ? std::string() : fmt::format(" on {} host(s)", l.sizing.hosts.size()),
 			generation == 1 ? std::string()
@@ -226,8 +231,13 @@ int run_elastic(const ElasticOptions& opt)
 	int exit_status = 0;
 	for (int generation = 1, restarts = 0;; ++generation, ++restarts) {
 		const std::vector<std::string> argv = generation_argv(l, generation);
-		const std::vector<std::pair<std::string, std::string>> env = {
+		std::vector<std::pair<std::string, std::string>> env = {
 			{"TOWER_ELASTIC_GENERATION", std::to_string(generation)}, {"TOWER_ELASTIC_HISTORY", l.history.dump()}};
+		if (opt.program) {
+			// A program's checkpoints: where they are, and whether this generation resumes one.
+			env.emplace_back("TOWER_CHECKPOINT_DIR", opt.checkpoint_dir);
+			env.emplace_back("TOWER_RESUME", generation > 1 && latest_checkpoint(opt.checkpoint_dir) >= 0 ? "1" : "0");
+		}
 		const auto exit_grace = std::chrono::milliseconds(static_cast<int64_t>(1000 * opt.exit_grace_s));
 		const GenerationOutcome o = run_generation(argv, env, exit_grace, stop_signal);
 		record_generation(l, generation, o);
@@ -250,8 +260,9 @@ int run_elastic(const ElasticOptions& opt)
 
 LocalCommand add_elastic_command(CLI::App& parent)
 {
-	CLI::App* app = parent.add_subcommand("elastic", "Run tower train under mpirun and relaunch it from its latest "
-							 "checkpoint at a smaller size when a rank or host is lost");
+	CLI::App* app = parent.add_subcommand("elastic", "Run tower train (or a program that checkpoints through tower) "
+							 "under mpirun and relaunch it from its latest checkpoint at a smaller "
+							 "size when a rank or host is lost");
 	app->prefix_command();
 	app->allow_extras();
 	app->set_help_flag(); // its own usage: -h would otherwise be taken from mpirun's options

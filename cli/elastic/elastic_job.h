@@ -9,12 +9,15 @@
 #include <utility>
 #include <vector>
 
+#include "runtime/observe/launcher_lines.h"
+
 namespace tower::cli {
 
-// The lines `tower train` prints for the launcher when TOWER_ELASTIC_GENERATION is set (rank 0
-// only): "tower-elastic: resumed S" or "tower-elastic: started", then "tower-elastic: step S"
-// after every step. The launcher keeps them out of the output it passes on.
-inline constexpr const char* elastic_line_prefix = "tower-elastic: ";
+// The lines a run prints for the launcher when TOWER_ELASTIC_GENERATION is set (rank 0 only;
+// runtime/observe/launcher_lines.h, tower train's and tower.torch's): "tower-elastic: resumed S" or
+// "tower-elastic: started", then "tower-elastic: step S" after every step. The launcher keeps
+// them out of the output it passes on.
+inline constexpr const char* elastic_line_prefix = launcher_line_prefix;
 
 struct LostRank {
 	int rank = -1;

@@ -10,10 +10,12 @@
 
 namespace tower::cli {
 
-const char* const elastic_usage = R"(tower elastic: run tower train under mpirun and, when a rank or a host is lost,
-relaunch it from its latest checkpoint at the largest size that is left.
+const char* const elastic_usage = R"(tower elastic: run tower train (or a program that checkpoints through tower) under
+mpirun and, when a rank or a host is lost, relaunch it from its latest checkpoint at the largest
+size that is left.
 
   tower elastic -np N [--min-np M] [--max-restarts K] [--hostfile F] [MPIRUN OPTIONS] -- train OPTIONS
+  tower elastic -np N --checkpoint-dir DIR [...] -- PROGRAM ARGS   (e.g. /usr/bin/python3 train.py)
 
   -np N              ranks of the first generation (also -n, --np)
   --min-np M         give up when fewer than M ranks are left (default 1)
@@ -23,6 +25,9 @@ relaunch it from its latest checkpoint at the largest size that is left.
   --mpirun PATH      the mpirun to run (default: mpirun on the PATH)
   --exit-grace S     seconds mpirun may take to end after a loss before it is killed (default 20)
   --probe-timeout S  seconds a host has to answer after a loss (default 20)
+  --checkpoint-dir D a program's checkpoint directory (not tower train's: it has its own). The
+                     program gets it as TOWER_CHECKPOINT_DIR, and TOWER_RESUME=1 on a relaunch that
+                     has a checkpoint to resume; tower.torch.Checkpoints reads both (docs/torch.md)
   anything else before "--" goes to mpirun as it is (--oversubscribe, --mca ..., --map-by ...).
 
 The train command needs --checkpoint-dir (a restart resumes from its latest checkpoint; give
@@ -58,9 +63,18 @@ void read_train_command(ElasticOptions& o)
 	if (o.command.empty())
 		throw Error("tower elastic: no command after \"--\"; e.g. tower elastic -np 3 -- train --checkpoint-dir "
 			    "ckpt --checkpoint-every 100");
-	if (o.command.front() != "train")
-		throw Error(fmt::format("tower elastic runs tower train, not '{}': a restart resumes training from its "
-					"checkpoints", o.command.front()));
+	o.program = o.command.front() != "train";
+	if (o.program) {
+		if (o.checkpoint_dir.empty())
+			throw Error(fmt::format("tower elastic: '{}' is not tower train, so give its checkpoint directory as "
+						"--checkpoint-dir DIR before \"--\" (the program's tower.torch.Checkpoints "
+						"get it as TOWER_CHECKPOINT_DIR; a restart resumes from the latest checkpoint there)",
+						o.command.front()));
+		return;
+	}
+	if (!o.checkpoint_dir.empty())
+		throw Error("tower elastic --checkpoint-dir is a program's; tower train takes its own --checkpoint-dir after "
+			    "\"--\"");
 	o.checkpoint_dir = option_value(o.command, "--checkpoint-dir").value_or("");
 	if (o.checkpoint_dir.empty())
 		throw Error("tower elastic: the train command has no --checkpoint-dir; a restart resumes from the latest "
@@ -133,6 +147,8 @@ ElasticOptions parse_elastic_options(const std::vector<std::string>& args)
 			o.exit_grace_s = to_seconds(a, value());
 		} else if (a == "--probe-timeout") {
 			o.probe_timeout_s = to_seconds(a, value());
+		} else if (a == "--checkpoint-dir") {
+			o.checkpoint_dir = value();
 		} else if (a == "--host" || a == "-H" || a == "--hosts") {
 			throw Error(fmt::format("tower elastic {}: give the hosts as --hostfile F (\"HOST slots=S\" per line), "
 						"so the launcher can leave out the ones that are lost", a));

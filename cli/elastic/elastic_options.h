@@ -16,8 +16,13 @@ struct ElasticOptions {
 	double exit_grace_s = 20; // after a rank or host is lost, how long mpirun may take to end
 	double probe_timeout_s = 20; // how long a host has to answer the probe after a loss
 	std::vector<std::string> mpirun_args; // everything else before "--", in order
-	std::vector<std::string> command;     // after "--": "train" and its options
-	// Read from the train command: what a restart needs and what bounds the size.
+	std::vector<std::string> command;     // after "--": "train" and its options, or a program
+	// A program of its own (a PyTorch program checkpointing through tower.torch.Checkpoints)
+	// rather than tower train: the launcher runs it as it is and tells it where its checkpoints
+	// are and when to resume through the environment (TOWER_CHECKPOINT_DIR, TOWER_RESUME).
+	bool program = false;
+	// Read from the train command (a program's: --checkpoint-dir before "--"): what a restart
+	// needs and what bounds the size.
 	std::string checkpoint_dir;
 	int ps_ranks = 0;
 	std::string strategy = "replicated";

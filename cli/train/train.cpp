@@ -87,7 +87,7 @@ template <typename Train, typename Test>
 int train_on(World& world, const TrainConfig& c, const Topology& topology, const Device& device, Model& model,
 	     const Train& train, const Test& test, const TrainerConfig& config)
 {
-	TrainReport report(world.comm(), c.metrics_path, under_elastic_launcher());
+	TrainReport report(world.comm(), c.metrics_path);
 	Trainer trainer(topology, device, model, train, test, config, &report);
 	trainer.run();
 	return 0;

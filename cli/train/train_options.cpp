@@ -74,9 +74,4 @@ TrainerConfig trainer_config(const TrainConfig& c, const ModelConfig& model, con
 	return t;
 }
 
-bool under_elastic_launcher()
-{
-	return std::getenv("TOWER_ELASTIC_GENERATION") != nullptr;
-}
-
 } // namespace tower::cli

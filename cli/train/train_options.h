@@ -18,7 +18,4 @@ ModelConfig model_config(const TrainConfig& c);
 TrainerConfig trainer_config(const TrainConfig& c, const ModelConfig& model, const Topology& topology,
 			     const Device& device);
 
-// True when `tower elastic` started this run: its rank 0 then prints the launcher's lines.
-bool under_elastic_launcher();
-
 } // namespace tower::cli

@@ -4,23 +4,22 @@
 
 #include <string>
 
+#include "runtime/observe/launcher_lines.h"
 #include "runtime/observe/run_report.h"
 
 namespace tower::cli {
 
 class TrainReport : public RunReport {
 public:
-	// Collective over `comm` (the metrics file is opened on rank 0). `elastic_lines`: under an
-	// elastic launcher, say where the run starts and each step it completes.
-	TrainReport(MPI_Comm comm, const std::string& metrics_path, bool elastic_lines);
+	// Collective over `comm` (the metrics file is opened on rank 0). Under an elastic launcher
+	// it also says where the run starts and each step it completes (LauncherLines).
+	TrainReport(MPI_Comm comm, const std::string& metrics_path);
 
 	void started(int64_t step, bool resumed) override;
 	void stepped(int64_t step) override;
 
 private:
-	void elastic_line(const std::string& what) const;
-
-	bool elastic_lines_;
+	LauncherLines launcher_;
 };
 
 } // namespace tower::cli

@@ -131,7 +131,7 @@ nlohmann::json verify_checkpoint(const std::string& step_dir)
 }
 
 Checkpointer::Checkpointer(const Topology& topology, const CheckpointConfig& config,
-			   std::vector<DistributedOptimizer*> optimizers, std::string strategy_name,
+			   std::vector<Checkpointed*> optimizers, std::string strategy_name,
 			   std::function<void(const std::string&)> say)
 	: topology_(topology), config_(config), optimizers_(std::move(optimizers)), strategy_name_(std::move(strategy_name)),
 	  say_(std::move(say)), comm_(duplicate_comm(topology.world()))
@@ -139,7 +139,7 @@ Checkpointer::Checkpointer(const Topology& topology, const CheckpointConfig& con
 	if (config_.keep < 1)
 		throw AgreedError(fmt::format("`keep_checkpoints` {}: keep at least 1", config_.keep));
 	std::set<std::string> names;
-	for (const DistributedOptimizer* o : optimizers_)
+	for (const Checkpointed* o : optimizers_)
 		if (optimizers_.size() > 1 && (o->name().empty() || !names.insert(o->name()).second))
 			throw AgreedError(fmt::format("checkpoints of {} optimizers need a distinct name for each ('{}' is "
 						      "empty or repeated): their variables are saved under it",
@@ -434,7 +434,7 @@ std::string Checkpointer::choose(std::string* manifest_text) const
 
 bool Checkpointer::saves_variables() const
 {
-	for (const DistributedOptimizer* o : optimizers_)
+	for (const Checkpointed* o : optimizers_)
 		if (o->saves_variables())
 			return true;
 	return false;
@@ -444,7 +444,7 @@ std::vector<NamedTensor> Checkpointer::variables() const
 {
 	// Each optimizer's own names ("G/...", "D/...") keep them apart in the one file of a rank.
 	std::vector<NamedTensor> all;
-	for (DistributedOptimizer* o : optimizers_)
+	for (Checkpointed* o : optimizers_)
 		if (o->saves_variables())
 			for (auto& v : o->variables())
 				all.push_back(v);
@@ -459,7 +459,7 @@ WholeShapeFn Checkpointer::whole_shape() const
 	return [this](const std::string& variable) {
 		Shape best;
 		size_t best_length = 0;
-		for (const DistributedOptimizer* o : optimizers_) {
+		for (const Checkpointed* o : optimizers_) {
 			const std::string prefix = o->name().empty() ? std::string() : o->name() + "/";
 			if (variable.rfind(prefix, 0) != 0)
 				continue;
@@ -526,7 +526,7 @@ std::optional<TrainingPosition> Checkpointer::restore(int64_t samples_per_update
 	if (saves_variables())
 		problem = problem_of([&] { load_variables(step_dir, manifest.at("index")); });
 	agree(world, problem);
-	for (DistributedOptimizer* o : optimizers_)
+	for (Checkpointed* o : optimizers_)
 		o->variables_restored();
 
 	TrainingPosition p = position_from(manifest.at("position"));

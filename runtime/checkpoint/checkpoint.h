@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "base/mpi/topology.h"
-#include "runtime/distributed_optimizer.h"
+#include "runtime/checkpoint/checkpointed.h"
 
 namespace tower {
 
@@ -55,10 +55,10 @@ nlohmann::json verify_checkpoint(const std::string& step_dir);
 
 class Checkpointer {
 public:
-	// Saves and restores every optimizer of the program (each one's variables carry its name);
-	// they and `topology` must outlive it. `strategy_name` is recorded in the manifest and must
+	// Saves and restores every part of the program: its optimizers, or the state another
+	// framework keeps (each part's variables carry its name); they and `topology` must outlive it. `strategy_name` is recorded in the manifest and must
 	// match on resume. `say` prints a line on rank 0.
-	Checkpointer(const Topology& topology, const CheckpointConfig& config, std::vector<DistributedOptimizer*> optimizers,
+	Checkpointer(const Topology& topology, const CheckpointConfig& config, std::vector<Checkpointed*> parts,
 		     std::string strategy_name, std::function<void(const std::string&)> say);
 	// Waits for a checkpoint still being written (not collective: it completes this rank's part).
 	~Checkpointer();
@@ -124,7 +124,7 @@ private:
 
 	const Topology& topology_;
 	CheckpointConfig config_;
-	std::vector<DistributedOptimizer*> optimizers_;
+	std::vector<Checkpointed*> optimizers_;
 	std::string strategy_name_;
 	std::function<void(const std::string&)> say_;
 	CommHandle comm_; // private: the completion vote of a checkpoint runs on it in the background

@@ -26,6 +26,12 @@ TEST_CASE("elastic options: its own, mpirun's in order, and the train command's"
 	CHECK(o.ps_ranks == 1);
 	CHECK(smallest_size(o) == 2);
 	CHECK(option_value({"--checkpoint-dir=x"}, "--checkpoint-dir") == "x");
+	// A program of its own: the launcher's --checkpoint-dir, the command as it is.
+	const ElasticOptions p = parse_elastic_options({"-np", "2", "--checkpoint-dir", "ck", "--", "/usr/bin/python3",
+							"train.py", "--epochs", "2"});
+	CHECK(p.program);
+	CHECK(p.checkpoint_dir == "ck");
+	CHECK(p.command == std::vector<std::string>{"/usr/bin/python3", "train.py", "--epochs", "2"});
 	// A relaunch drops the command's own --resume, which would go back to the first start.
 	CHECK(without_resume({"train", "--resume", "old/step-0000000100", "--epochs", "2"}) ==
 	      std::vector<std::string>{"train", "--epochs", "2"});
@@ -45,7 +51,10 @@ TEST_CASE("elastic options: what is wrong is named")
 	};
 	CHECK(problem({"--", "train", "--checkpoint-dir", "c"}).find("give -np N") != std::string::npos);
 	CHECK(problem({"-np", "2", "--", "train"}).find("no --checkpoint-dir") != std::string::npos);
-	CHECK(problem({"-np", "2", "--", "info"}).find("runs tower train, not 'info'") != std::string::npos);
+	CHECK(problem({"-np", "2", "--", "/usr/bin/python3", "t.py"}).find("'/usr/bin/python3' is not tower train, so give "
+									     "its checkpoint directory") != std::string::npos);
+	CHECK(problem({"-np", "2", "--checkpoint-dir", "c", "--", "train", "--checkpoint-dir", "c"})
+		      .find("is a program's") != std::string::npos);
 	CHECK(problem({"-np", "2", "--min-np", "3", "--", "train", "--checkpoint-dir", "c"}).find("--min-np 3") !=
 	      std::string::npos);
 	CHECK(problem({"-np", "two", "--", "train", "--checkpoint-dir", "c"}).find("whole number") != std::string::npos);
