@@ -103,6 +103,9 @@ public:
 	// variables' moving averages (true) or the trained values back (false). Under async and
 	// sync-replicas, after the run's end.
 	void use_averages(bool averaged) { open().use_averages(averaged); }
+	// What a checkpoint saves of these parameters under an owner strategy: the optimizer that holds
+	// the owners' slices, moments and counters.
+	Checkpointed& checkpointed() { return open(); }
 	bool is_worker() const { return open().is_worker(); }
 	// Among the ranks that train: this rank's place (-1 on a server) and their number.
 	int worker_index() const { return open().worker_index(); }

@@ -15,9 +15,11 @@
 #include "runtime/options/run_fields.h"
 #include "base/watchdog/watched_wait.h"
 #include "collectives/all_reduce.h"
+#include "frameworks/torch/checkpoints.h"
 #include "frameworks/torch/gradient_reducer.h"
 #include "frameworks/torch/process.h"
 #include "frameworks/torch/tensor_collectives.h"
+#include "runtime/observe/launcher_lines.h"
 #include "runtime/observe/timeline.h"
 #include "tower_config.h"
 
@@ -185,10 +187,87 @@ public:
 		reducer_->close();
 	}
 	bool closed() const { return reducer_->closed(); }
+	Checkpointed* checkpointed() { return &open().checkpointed(); }
 
 private:
 	GradientReducer& open() { return *reducer_; }
 	std::unique_ptr<GradientReducer> reducer_;
+};
+
+// What tower elastic reads of a PyTorch program, through the observer tower train's report uses.
+LauncherLines& launcher_lines()
+{
+	static LauncherLines lines;
+	return lines;
+}
+
+// Checkpoints whose Python object went away: closing is collective, so shutdown() closes them.
+std::vector<std::unique_ptr<Checkpoints>>& unreferenced_checkpoints()
+{
+	static auto* all = new std::vector<std::unique_ptr<Checkpoints>>();
+	return *all;
+}
+
+// A program's checkpoints for Python: over its group optimizers (an owner strategy) or the
+// TorchState of its groups (replicated).
+class PyCheckpoints {
+public:
+	PyCheckpoints(const std::string& dir, int keep, bool resume, const std::string& resume_path,
+		      const std::string& identity, const std::string& strategy, const std::vector<PyReducer*>& reducers,
+		      const std::vector<TorchState*>& states)
+	{
+		CheckpointConfig config;
+		config.dir = dir;
+		config.keep = keep;
+		config.resume = resume;
+		config.resume_path = resume_path;
+		config.identity = nlohmann::json::parse(identity);
+		std::vector<Checkpointed*> parts;
+		for (PyReducer* r : reducers)
+			parts.push_back(r->checkpointed());
+		for (TorchState* s : states)
+			parts.push_back(s);
+		checkpoints_ = std::make_unique<Checkpoints>(config, std::move(parts), strategy);
+	}
+	~PyCheckpoints()
+	{
+		if (checkpoints_ && !checkpoints_->closed())
+			unreferenced_checkpoints().push_back(std::move(checkpoints_));
+	}
+	PyCheckpoints(const PyCheckpoints&) = delete;
+	PyCheckpoints& operator=(const PyCheckpoints&) = delete;
+
+	double save(int64_t step, const std::map<std::string, double>& totals)
+	{
+		py::gil_scoped_release unlocked;
+		return checkpoints_->save(step, totals);
+	}
+	void poll() { checkpoints_->poll(); }
+	void wait()
+	{
+		py::gil_scoped_release unlocked;
+		checkpoints_->wait();
+	}
+	// None when not resuming, else (step, totals).
+	py::object restore()
+	{
+		std::optional<TrainingPosition> p;
+		{
+			py::gil_scoped_release unlocked;
+			p = checkpoints_->restore();
+		}
+		if (!p)
+			return py::none();
+		return py::make_tuple(p->step, p->totals);
+	}
+	void close()
+	{
+		py::gil_scoped_release unlocked;
+		checkpoints_->close();
+	}
+
+private:
+	std::unique_ptr<Checkpoints> checkpoints_;
 };
 
 } // namespace
@@ -237,6 +316,15 @@ PYBIND11_MODULE(_core, m)
 		}))
 		.def("__enter__", [](PySpan& s) { s.span = std::make_unique<timeline::Span>(s.name.c_str(), s.category.c_str()); })
 		.def("__exit__", [](PySpan& s, py::args) { s.span.reset(); });
+	// Rank 0 tells an elastic launcher where the run starts and each step it completes.
+	m.def("launcher_started", [](int64_t step, bool resumed) {
+		if (topology().rank() == 0)
+			launcher_lines().started(step, resumed);
+	});
+	m.def("launcher_stepped", [](int64_t step) {
+		if (topology().rank() == 0)
+			launcher_lines().stepped(step);
+	});
 	m.def("set_stall_limits", [](double warn_s, double abort_s) { set_stall_limits({warn_s, abort_s}); });
 	m.def("size", [] { return topology().size(); });
 	m.def("rank", [] { return topology().rank(); });
@@ -304,4 +392,16 @@ PYBIND11_MODULE(_core, m)
 		.def("bucket_count", &PyReducer::bucket_count)
 		.def("close", &PyReducer::close)
 		.def("closed", &PyReducer::closed);
+	py::class_<TorchState>(m, "TorchState")
+		.def(py::init<std::string, std::vector<std::pair<std::string, at::Tensor>>, const std::vector<std::string>&>())
+		.def("update", &TorchState::update);
+	py::class_<PyCheckpoints>(m, "Checkpoints")
+		.def(py::init<const std::string&, int, bool, const std::string&, const std::string&, const std::string&,
+			      const std::vector<PyReducer*>&, const std::vector<TorchState*>&>(),
+		     py::call_guard<py::gil_scoped_release>())
+		.def("save", &PyCheckpoints::save)
+		.def("poll", &PyCheckpoints::poll)
+		.def("wait", &PyCheckpoints::wait)
+		.def("restore", &PyCheckpoints::restore)
+		.def("close", &PyCheckpoints::close);
 }

@@ -24,6 +24,7 @@ from .functions import (  # noqa: E402,F401
     broadcast_optimizer_state, broadcast_parameters, cross_rank, cross_size, gloo_built, gloo_enabled, init,
     is_initialized, join, local_rank, local_size, mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, poll,
     rank, shutdown, size, synchronize)
+from .checkpoints import Checkpoints  # noqa: E402,F401
 from .optimizer import DistributedOptimizer, serve  # noqa: E402,F401
 
 

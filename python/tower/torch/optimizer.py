@@ -5,7 +5,7 @@ import json
 import torch
 
 from . import _core
-from .functions import Average, Compression, TowerError, _op_name
+from .functions import Average, Compression, TowerError, _op_name, allgather, broadcast_object
 
 
 def _groups_argument(groups):
@@ -58,7 +58,7 @@ def _settings(optimizer):
 class _DistributedOptimizer:
     """Methods added to the wrapped optimizer's class (its state and settings stay its own)."""
 
-    def _tower_init(self, reducers, check_every):
+    def _tower_init(self, reducers, check_every, strategy, named, group_names):
         # Under replicated one reducer, and the torch optimizer applies the update; under an owner
         # strategy one per parameter group (None for a group with nothing to train), and the
         # owners apply each group's rule with its learning rate.
@@ -67,6 +67,13 @@ class _DistributedOptimizer:
         # async and sync-replicas: the ranks do not step together; each step() pushes and fetches.
         self._tower_detached = any(r is not None and r.detached() for r in reducers)
         self._tower_run = None
+        self._tower_strategy = strategy
+        # (name, parameter, group) in the model's order, and each group's name in checkpoints
+        # (None for a group with nothing to train): what Checkpoints saves under which name.
+        self._tower_named = named
+        self._tower_group_names = group_names
+        self._tower_checkpoints = []  # moved along at every step
+        self._tower_position = 0      # the steps done, a resumed checkpoint's included
         self._tower_check_every = check_every
         self._tower_steps = 0
         self._tower_should_synchronize = True
@@ -123,20 +130,27 @@ class _DistributedOptimizer:
                 loss = closure()
         if self._tower_owners_apply:
             self._tower_owner_step()
-            return loss
+        else:
+            self._tower_replicated_step()
+        self._tower_position += 1
+        _core.launcher_stepped(self._tower_position)  # under tower elastic, its line on rank 0
+        for checkpoints in self._tower_checkpoints:
+            checkpoints.poll()
+        return loss
+
+    def _tower_replicated_step(self):
         if self._tower_should_synchronize and not self._tower_synchronized:
             self.synchronize()
         self._tower_synchronized = False
         if self._tower_last.get("skipped"):
             # A reduced gradient was inf or NaN: every rank skips this step alike.
-            return loss
+            return
         with _core.Span("torch optimizer step", "update"):
             super(self.__class__, self).step()
         self._tower_steps += 1
         if self._tower_check_every and self._tower_steps % self._tower_check_every == 0:
             # Collective: every rank holds the same parameters, or AgreedError names who differs.
             self._tower_last["replica_hash"] = f"{self._tower_reducers[0].check_replicas():016x}"
-        return loss
 
     def _tower_owner_step(self):
         """Collective: each group's gradients to their owners, who apply the group's rule with its
@@ -262,7 +276,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                          sparse_as_dense=False, process_set=None, *, allreduce="auto", fusion_mb=4.0,
                          overlap=True, strategy="replicated", ps_ranks=0, deterministic=False, name="",
                          check_every=0, steps=0, replicas_to_aggregate=0, async_scale=True, max_staleness=None,
-                         ema_decay=None):
+                         ema_decay=None, share=None):
     """Wraps `optimizer` (any torch.optim.Optimizer): gradients are reduced over the ranks as
     backward finalizes them, and step() applies the reduced ones (collective: every rank makes
     the same calls). Horovod's arguments, plus tower's own: allreduce= (auto, ring, hierarchical,
@@ -278,7 +292,12 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     differ). async and sync-replicas (owners that apply each gradient, or each N of them, as
     they come) need steps= (the run's length in lock-step steps) and a loop `while opt.more()`;
     their options: replicas_to_aggregate= (sync-replicas), async_scale= and max_staleness=
-    (async); ema_decay= keeps moving averages on the owners (use_averages())."""
+    (async); ema_decay= keeps moving averages on the owners (use_averages()). share=another
+    (replicated): the StyleGAN2 seed's share=, a second optimizer over the same parameters whose
+    steps move `another`'s state (a lazy regularizer's D_reg beside D); it reduces through the
+    same buckets, and its own param_groups set its learning rate."""
+    if share is not None:
+        return _sharing(optimizer, share, name, check_every)
     # What is wrong on this rank goes to the reducer's agreement: an error on every rank, not a
     # rank that raises while the others wait for it.
     problems = []
@@ -376,11 +395,15 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     if ema_decay is not None:
         strategy_rows.append(("ema_decay", repr(ema_decay)))
     agreed = _settings(optimizer) + [("check_every", str(check_every))]
+    # Each group's name, as its optimizer is named under an owner strategy and its variables in a
+    # checkpoint under any; None for a group with nothing to train.
+    group_names = [(f"{name}.param_groups[{i}]" if name else f"param_groups[{i}]")
+                   if any(g == i for _, _, g in ordered) else None for i in range(len(optimizer.param_groups))]
     if strategy == "replicated":
         reducers = [_core.GradientReducer([(key, p) for key, p, _ in ordered],
                                           arguments(name, [], agreed, "; ".join(problems)))]
     else:
-        reducers = _owner_reducers(optimizer, ordered, name, agreed, problems, arguments)
+        reducers = _owner_reducers(optimizer, ordered, group_names, agreed, problems, arguments)
 
     methods = {k: v for k, v in _DistributedOptimizer.__dict__.items() if k not in ("__dict__", "__weakref__")}
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), methods)
@@ -389,11 +412,52 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     # tower's step() takes its place and keeps the count (_tower_route_step).
     optimizer.__dict__.pop("step", None)
     wrapped.__dict__ = optimizer.__dict__  # the same state, settings and parameter groups
-    wrapped._tower_init(reducers, check_every)
+    wrapped._tower_init(reducers, check_every, strategy, ordered, group_names)
     return wrapped
 
 
-def _owner_reducers(optimizer, ordered, name, agreed, problems, arguments):
+def _agree(problem):
+    """Collective: raises TowerError on every rank when any rank has a problem, naming the first."""
+    flags = allgather(torch.tensor([1 if problem else 0], dtype=torch.int32), name="tower.problems")
+    failing = [r for r, f in enumerate(flags.tolist()) if f]
+    if failing:
+        text = broadcast_object(problem, root_rank=failing[0], name="tower.problem")
+        raise TowerError(f"rank {failing[0]}: {text}")
+
+
+def _sharing(optimizer, share, name, check_every):
+    """A DistributedOptimizer over `share`'s parameters whose torch optimizer steps `share`'s state:
+    the same reducer and buckets, torch's `state` the same object, the group settings its own."""
+    problem = ""
+    if not hasattr(share, "_tower_reducers"):
+        problem = "share= takes a tower.torch.DistributedOptimizer"
+    elif share._tower_owners_apply:
+        problem = (f"share= under strategy={share._tower_strategy!r}: only replicated shares an optimizer's state "
+                   "for now")
+    elif type(optimizer) is not share._tower_kind():
+        problem = f"share=: a {type(optimizer).__name__} cannot share the state of a {share._tower_kind().__name__}"
+    else:
+        mine = [id(p) for group in optimizer.param_groups for p in group["params"] if p.requires_grad]
+        theirs = [id(p) for _, p, _ in sorted(share._tower_named, key=lambda item: item[2])]
+        if sorted(mine) != sorted(theirs):
+            problem = "share=: the optimizer must update exactly the parameters of the one it shares with"
+    _agree(problem)
+    methods = {k: v for k, v in _DistributedOptimizer.__dict__.items() if k not in ("__dict__", "__weakref__")}
+    cls = type(optimizer.__class__.__name__, (optimizer.__class__,), methods)
+    wrapped = cls.__new__(cls)
+    optimizer.__dict__.pop("step", None)
+    optimizer.state = share.state  # one state: a step through either moves it
+    wrapped.__dict__ = optimizer.__dict__
+    by_tensor = {id(p): (key, g) for key, p, g in share._tower_named}
+    named = [(by_tensor[id(p)][0], p, i) for i, group in enumerate(optimizer.param_groups) for p in group["params"]
+             if id(p) in by_tensor]
+    group_names = [f"{name}.param_groups[{i}]" if name else f"param_groups[{i}]"
+                   for i in range(len(optimizer.param_groups))]
+    wrapped._tower_init(share._tower_reducers, check_every, share._tower_strategy, named, group_names)
+    return wrapped
+
+
+def _owner_reducers(optimizer, ordered, group_names, agreed, problems, arguments):
     """One reducer per parameter group that has something to train, each with the group's rule.
     Every rank's problems go to the first one's agreement, so that all ranks fail there alike."""
     rules = []
@@ -404,14 +468,13 @@ def _owner_reducers(optimizer, ordered, name, agreed, problems, arguments):
     by_group = [[(key, p) for key, p, g in ordered if g == i] for i in range(len(rules))]
     if not any(by_group):
         # Nothing trains: the reducer's own check says so, on every rank.
-        return [_core.GradientReducer([], arguments(name, rules[0] if rules else [], agreed, "; ".join(problems)))]
+        return [_core.GradientReducer([], arguments("", rules[0] if rules else [], agreed, "; ".join(problems)))]
     reducers = []
     for i, (rule, named) in enumerate(zip(rules, by_group)):
         if not named:
             reducers.append(None)  # nothing of this group trains
             continue
         first = all(r is None for r in reducers)
-        group_name = f"{name}.param_groups[{i}]" if name else f"param_groups[{i}]"
-        reducers.append(_core.GradientReducer(named, arguments(group_name, rule, agreed if first else [],
+        reducers.append(_core.GradientReducer(named, arguments(group_names[i], rule, agreed if first else [],
                                                                "; ".join(problems) if first else "")))
     return reducers

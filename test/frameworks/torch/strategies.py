@@ -139,6 +139,34 @@ say(f"rank {R}: async, torch sgd with two groups, {N} rank(s): updates per group
     f"(plain PyTorch: {plain:.4f}), "
     f"{'the same values on every rank' if same else 'DIFFERENT values'} {'ok' if ok else 'FAILED'}")
 
+# ema_decay= under parameter-server: the owners keep v <- 0.9 v + 0.1 value after each update;
+# use_averages(True) puts them into the parameters (against the same average kept here over the
+# values every rank holds after each step) and use_averages(False) the trained values back.
+model = make_model()
+opt, scheduler = make_optimizer(model, "sgd")
+opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), strategy="parameter-server",
+                               ema_decay=0.9)
+averages = [p.detach().clone() for p in model.parameters()]
+per = GLOBAL_BATCH // N
+for x, y in data:
+    opt.zero_grad()
+    F.cross_entropy(model(x[R * per:(R + 1) * per]), y[R * per:(R + 1) * per]).backward()
+    opt.step()
+    scheduler.step()
+    for a, p in zip(averages, model.parameters()):
+        a.mul_(0.9).add_(p.detach(), alpha=0.1)
+trained = flat(model)
+opt.use_averages(True)
+worst = max(((p.detach() - a).norm() / a.norm()).item() for p, a in zip(model.parameters(), averages))
+opt.use_averages(False)
+back = torch.equal(flat(model), trained)
+opt.tower_close()
+ok = worst <= 1e-6 and back
+failed = failed or not ok
+say(f"rank {R}: ema_decay=0.9 under parameter-server: averages within {worst:.2e} of the same average kept "
+    f"in Python, {'the trained values back bit for bit' if back else 'NOT the trained values back'} "
+    f"{'ok' if ok else 'FAILED'}")
+
 # deterministic=True: every all-reduce mode sums in one order, so the bits agree.
 if N > 1:
     results = {mode: flat(train("sgd", data, {"allreduce": mode, "deterministic": True}))

@@ -1,0 +1,127 @@
+"""tower.torch.Checkpoints: a PyTorch program's parameters and optimizer state in tower's
+checkpoints, written whole or not at all, resumed at any world size and under another strategy."""
+import json
+import os
+
+import torch
+
+from . import _core
+from .functions import TowerError
+
+
+def _group_state(optimizer, index, counters):
+    """Group `index`'s parameters and its torch optimizer's state, named as tower's owners name
+    theirs (momentum, adam_m, adam_v), so that parameter-server resumes it and it resumes
+    parameter-server's. torch makes the state at the first step; made here, zeros act the same."""
+    kind = optimizer._tower_kind()
+    group = optimizer.param_groups[index]
+    pairs, parameters = [], []
+    for key, p, g in optimizer._tower_named:
+        if g != index:
+            continue
+        parameters.append(key)
+        pairs.append((key, p.data))
+        state = optimizer.state[p]
+        if kind is torch.optim.SGD:
+            if group["momentum"]:
+                if state.get("momentum_buffer") is None:
+                    state["momentum_buffer"] = torch.zeros_like(p.data)
+                pairs.append((key + "/momentum", state["momentum_buffer"]))
+        elif kind in (torch.optim.Adam, torch.optim.AdamW):
+            if not state:
+                state["step"] = torch.tensor(0.0)
+                state["exp_avg"] = torch.zeros_like(p.data)
+                state["exp_avg_sq"] = torch.zeros_like(p.data)
+            pairs += [(key + "/adam_m", state["exp_avg"]), (key + "/adam_v", state["exp_avg_sq"])]
+    pairs += list(counters.items())
+    return pairs, parameters
+
+
+class Checkpoints:
+    """Collective. A program's checkpoints in `directory` (default: $TOWER_CHECKPOINT_DIR, which
+    `tower elastic --checkpoint-dir` sets): a step directory per save(), a file per saving rank,
+    the manifest last, the newest `keep` kept. restore() loads the newest valid one when `resume`
+    (default: $TOWER_RESUME is 1, as `tower elastic` sets it on a relaunch; a path resumes that
+    checkpoint). Under replicated rank 0 saves the parameters and torch's SGD, Adam or AdamW state;
+    under parameter-server each owner saves its slices and moments. Either resumes the other's, at
+    any world size. `identity` (a dict) must be the same on resume."""
+
+    def __init__(self, optimizer, directory=None, keep=3, resume=None, identity=None):
+        if not hasattr(optimizer, "_tower_reducers"):
+            raise TowerError("Checkpoints(optimizer) takes a tower.torch.DistributedOptimizer")
+        directory = directory if directory is not None else os.environ.get("TOWER_CHECKPOINT_DIR", "")
+        if resume is None:
+            resume = os.environ.get("TOWER_RESUME") == "1"
+        resume_path = resume if isinstance(resume, str) else ""
+        if optimizer._tower_detached:
+            raise TowerError("checkpoints of async and sync-replicas PyTorch programs are not built yet: train them "
+                             "without, or checkpoint under parameter-server")
+        if optimizer._tower_owners_apply and optimizer.worker_count() != _core.size():
+            raise TowerError("checkpoints under parameter-server need ps_ranks=0: a server is inside serve() and "
+                             "cannot join a save")
+        kind = optimizer._tower_kind()
+        if not optimizer._tower_owners_apply and kind not in (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW):
+            raise TowerError(f"checkpoints of a {kind.__name__} program: tower saves torch's SGD, Adam and AdamW "
+                             "state, under names any strategy reads")
+        self._optimizer = optimizer
+        self._states = []
+        reducers = [r for r in optimizer._tower_reducers if r is not None]
+        if not optimizer._tower_owners_apply:
+            reducers = []
+            for i, name in enumerate(optimizer._tower_group_names):
+                if name is not None:
+                    pairs, parameters = _group_state(optimizer, i, self._counters(0))
+                    self._states.append((i, _core.TorchState(name, pairs, parameters)))
+        self._core = _core.Checkpoints(directory, int(keep), bool(resume), resume_path, json.dumps(identity or {}),
+                                       f"torch {optimizer._tower_strategy}", reducers,
+                                       [state for _, state in self._states])
+        optimizer._tower_checkpoints.append(self)
+
+    def _counters(self, step):
+        """The counters tower's own optimizers keep beside their state (one step count, as torch's
+        Adam keeps per parameter), and a loss scale of 1."""
+        applied = self._optimizer._tower_steps
+        return {"optimizer/step": torch.tensor([applied], dtype=torch.int64),
+                "strategy/global_step": torch.tensor([step], dtype=torch.int64),
+                "loss_scale/log2": torch.zeros(1, dtype=torch.float32),
+                "loss_scale/clean_steps": torch.zeros(1, dtype=torch.int64)}
+
+    def save(self, step, **totals):
+        """Collective, between steps: the checkpoint of `step` (the steps done), with the program's
+        own running totals (numbers), given back by restore(). Returns the seconds training paused:
+        the files are written behind, and complete before the next save() or at wait()."""
+        counters = [self._counters(step) for _ in self._states]
+        for (i, state), c in zip(self._states, counters):
+            state.update(_group_state(self._optimizer, i, c)[0])
+        return self._core.save(int(step), {k: float(v) for k, v in totals.items()})
+
+    def restore(self):
+        """Collective: where resuming, the newest valid checkpoint (or the path given as resume=)
+        into the parameters and the optimizer state of every rank; returns (step, totals). Not
+        resuming: (0, {})."""
+        counters = [self._counters(0) for _ in self._states]
+        for (i, state), c in zip(self._states, counters):
+            state.update(_group_state(self._optimizer, i, c)[0])
+        position = self._core.restore()
+        if position is None:
+            _core.launcher_started(0, False)
+            return 0, {}
+        step, totals = position
+        for (i, _), c in zip(self._states, counters):
+            applied = int(c["optimizer/step"][0])
+            if self._optimizer._tower_kind() is not torch.optim.SGD:
+                for key, p, g in self._optimizer._tower_named:
+                    if g == i:
+                        self._optimizer.state[p]["step"] = torch.tensor(float(applied))
+            self._optimizer._tower_steps = applied
+        self._optimizer._tower_position = step
+        _core.launcher_started(step, True)
+        return step, dict(totals)
+
+    def wait(self):
+        """Collective: the checkpoint in progress is complete on disk (an error on every rank if a
+        rank could not write its part)."""
+        self._core.wait()
+
+    def poll(self):
+        self._core.poll()

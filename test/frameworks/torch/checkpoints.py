@@ -1,0 +1,76 @@
+"""Run under mpirun by torch_test.py: tower.torch.Checkpoints. `save DIR STRATEGY` trains a model
+with two parameter groups (Adam, StepLR) for 10 steps, saves, writes what it saved
+(DIR/saved.pt) and what 10 more steps give (DIR/uninterrupted.pt). `resume DIR STRATEGY`, at any
+world size and under either strategy, restores: the parameters must be those saved bit for bit,
+and 10 more steps must end within 1e-5 of the uninterrupted run (the same global batches; only
+the rounding of the split and of the reduction differ), which needs the optimizer state back.
+Exits non-zero on a failure. Usage: checkpoints.py save|resume DIR STRATEGY"""
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+
+import tower.torch as hvd
+from lines import say
+
+mode, directory, strategy = sys.argv[1], sys.argv[2], sys.argv[3]
+hvd.init(stall_warn_s=5, stall_abort_s=30)
+R = hvd.rank()
+torch.set_num_threads(1)
+GLOBAL_BATCH = 24
+
+torch.manual_seed(7)
+model = torch.nn.Sequential(torch.nn.Linear(12, 32), torch.nn.Tanh(), torch.nn.Linear(32, 5))
+opt = torch.optim.Adam([{"params": model[0].parameters(), "weight_decay": 1e-2, "eps": 1e-3},
+                        {"params": model[2].parameters(), "lr": 3e-3, "betas": (0.8, 0.99)}], lr=1e-2)
+scheduler = torch.optim.lr_scheduler.StepLR(opt, step_size=4, gamma=0.5)
+opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), strategy=strategy)
+checkpoints = hvd.Checkpoints(opt, os.path.join(directory, "ckpt"), resume=mode == "resume",
+                              identity={"model": "two layers"})
+g = torch.Generator().manual_seed(9)
+data = [(torch.randn(GLOBAL_BATCH, 12, generator=g), torch.randint(0, 5, (GLOBAL_BATCH,), generator=g))
+        for _ in range(20)]
+per = GLOBAL_BATCH // opt.worker_count()
+first = opt.worker_rank() * per
+
+
+def flat():
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+def train(steps):
+    for x, y in steps:
+        opt.zero_grad()
+        F.cross_entropy(model(x[first:first + per]), y[first:first + per]).backward()
+        opt.step()
+        scheduler.step()
+
+
+failed = False
+step, totals = checkpoints.restore()
+if mode == "save":
+    train(data[:10])
+    checkpoints.save(10, seconds=1.5)
+    checkpoints.wait()
+    if R == 0:
+        torch.save(flat(), os.path.join(directory, "saved.pt"))
+    train(data[10:])
+    if R == 0:
+        torch.save(flat(), os.path.join(directory, "uninterrupted.pt"))
+    say(f"rank {R}: saved step 10 under {strategy} at {hvd.size()} rank(s)")
+else:
+    same = step == 10 and totals == {"seconds": 1.5} and torch.equal(flat(), torch.load(os.path.join(directory, "saved.pt")))
+    scheduler.last_epoch = step  # the program's scheduler follows the restored step
+    for group in opt.param_groups:
+        group["lr"] = group["initial_lr"] * 0.5 ** (step // 4)
+    train(data[10:])
+    expected = torch.load(os.path.join(directory, "uninterrupted.pt"))
+    worst = ((flat() - expected).abs().max() / expected.abs().max()).item()
+    ok = same and worst <= 1e-5
+    failed = not ok
+    say(f"rank {R}: resumed step {step} under {strategy} at {hvd.size()} rank(s): parameters "
+        f"{'bit for bit as saved' if same else 'NOT as saved'}; after 10 more steps the largest difference from "
+        f"the uninterrupted run is {worst:.2e} of the largest parameter {'ok' if ok else 'FAILED'}")
+hvd.shutdown()
+sys.exit(1 if failed else 0)
