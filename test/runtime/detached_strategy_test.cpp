@@ -75,7 +75,8 @@ struct Detached {
 // has no schedule: each worker's step carries the rate `schedule` gives its token's step.
 Detached run_detached(const StrategyOptions& o, const OptimizerConfig& optimizer, int64_t planned,
 		      std::unique_ptr<UpdateRule> rule = nullptr,
-		      std::function<float(int64_t)> schedule = [](int64_t) { return lr; }, bool lr_travels = false)
+		      std::function<float(int64_t)> schedule = [](int64_t) { return lr; }, bool lr_travels = false,
+		      int64_t resumed_updates = 0)
 {
 	const Device cpu;
 	const Topology topology(world().comm(), std::nullopt);
@@ -88,6 +89,11 @@ Detached run_detached(const StrategyOptions& o, const OptimizerConfig& optimizer
 	Detached out;
 	if (d.is_worker())
 		out.initial = tower::test::parameter_values(*model);
+	// As a restore leaves them: the owners' update counters at `resumed_updates`.
+	if (resumed_updates > 0)
+		for (NamedTensor& v : d.variables())
+			if (v.name == step_counter_name)
+				*v.tensor.data_as<int64_t>() = resumed_updates;
 	DetachedPlan plan;
 	plan.planned_steps = planned;
 	if (!lr_travels)
@@ -245,6 +251,22 @@ TEST_CASE("sync-replicas with N > workers puts N gradients into every update")
 	const int64_t per_worker = (n + workers - 1) / workers;
 	for (int64_t step = 0; step < 6; ++step)
 		CHECK(std::count(run.token_steps.begin(), run.token_steps.end(), step) <= per_worker);
+}
+
+TEST_CASE("a resumed async run hands out only the tokens its updates have not taken")
+{
+	// 20 planned lock-step steps are 20 x workers updates; resumed after 15 of them, the chief
+	// grants the rest and no gradient is computed in vain.
+	const int workers = world().size();
+	const Detached run = run_detached(options("async"), OptimizerConfig{}, 20, nullptr,
+					  [](int64_t) { return lr; }, false, 15);
+	const int64_t pushes = sum_over_world(static_cast<int64_t>(run.token_steps.size()));
+	CHECK(pushes == 20 * workers - 15);
+	for (const auto& owner : run.totals["owners"]) {
+		CAPTURE(owner.dump());
+		CHECK(at(owner, "updates") == 20 * workers);
+		CHECK(at(owner, "dropped_stale") == 0);
+	}
 }
 
 TEST_CASE("async applies every gradient exactly once, scaled by 1/workers")

@@ -59,6 +59,9 @@ OwnerService::OwnerService(OwnerSetup setup) : s_(std::move(setup))
 	}
 	taken_.assign(static_cast<size_t>(s_.workers), 0);
 	in_flight_.assign(static_cast<size_t>(s_.workers), -1);
+	// A resumed run's updates already applied took their tokens: the chief hands out only the
+	// rest (async would otherwise grant a whole run's again, and drop the surplus at the end).
+	given_total_ = *s_.global_step * s_.rule->gradients_per_update();
 	window_clock_ = now_s();
 }
 
