@@ -9,6 +9,8 @@ AdamW applies the update, and tower reduces the gradients while backward runs. L
 
 (with PYTHONPATH=build/python for a build tree). Every rank trains on windows of its own from
 Debian's fortunes; rank 0 prints the loss, tokens/s and the communication that backward did not hide.
+--strategy moves it between tower's strategies with nothing else changed; --checkpoint-every K
+saves through tower.torch.Checkpoints, which `tower elastic --checkpoint-dir D -- ...` resumes.
 """
 import argparse
 import math
@@ -116,8 +118,12 @@ def main():
                    help="bucket size (tower.torch's default): 4 buckets, the last layers' reduced during backward")
     p.add_argument("--allreduce", default="auto", help="auto, ring, hierarchical or naive")
     p.add_argument("--strategy", default="replicated",
-                   help="replicated (torch's AdamW applies the reduced gradients on every rank) or parameter-server "
-                        "(each variable's owner applies torch's AdamW rule)")
+                   help="replicated (torch's AdamW applies the reduced gradients on every rank), parameter-server "
+                        "(each variable's owner applies torch's AdamW rule), sync-replicas or async (the owners "
+                        "apply the gradients as they arrive)")
+    p.add_argument("--checkpoint-every", type=int, default=0, help="save every K steps (0: never)")
+    p.add_argument("--checkpoint-dir", default=None, help="default: $TOWER_CHECKPOINT_DIR (tower elastic sets it)")
+    p.add_argument("--resume", action="store_true", help="resume the latest checkpoint (tower elastic: automatic)")
     p.add_argument("--log-every", type=int, default=20)
     p.add_argument("--data", default="/usr/share/games/fortunes")
     args = p.parse_args()
@@ -128,17 +134,31 @@ def main():
     torch.manual_seed(1)
     model = Gpt(args.layers, args.width, args.heads, args.context)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
-    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), fusion_mb=args.fusion_mb,
-                                   allreduce=args.allreduce, strategy=args.strategy)
+    # The all-reduce's options are the replicated strategy's; async and sync-replicas plan the run's
+    # tokens from its length.
+    detached = args.strategy in ("async", "sync-replicas")
+    options = ({"fusion_mb": args.fusion_mb, "allreduce": args.allreduce} if args.strategy == "replicated"
+               else {"steps": args.steps} if detached else {})
+    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), strategy=args.strategy, **options)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(opt, root_rank=0)
+    checkpoints = None
+    first = 0
+    if args.checkpoint_every or args.resume:
+        checkpoints = hvd.Checkpoints(opt, args.checkpoint_dir, resume=True if args.resume else None)
+        first, _ = checkpoints.restore()
 
     text = fortunes(args.data)
     width = args.context + 1
     gen = torch.Generator().manual_seed(1000 + hvd.rank())
+    for _ in range(first):  # a resumed run goes on with the windows it had not seen
+        torch.randint(0, len(text) // width, (args.batch,), generator=gen)
     tokens = args.batch * args.context * hvd.size()
     start, exposed = time.perf_counter(), 0.0
-    for step in range(1, args.steps + 1):
+    step = first
+    # Under async and sync-replicas the chief ends the run: loop while it grants steps.
+    while opt.more() if detached else step < args.steps:
+        step += 1
         starts = torch.randint(0, len(text) // width, (args.batch,), generator=gen) * width
         batch = torch.stack([text[s:s + width] for s in starts])
         opt.zero_grad()
@@ -147,14 +167,26 @@ def main():
         opt.step()
         stats = opt.tower_stats()
         exposed += stats["allreduce_s"] * (1 - stats["hidden_fraction"])
-        if step % args.log_every == 0 or step == args.steps:
-            mean_loss = hvd.allreduce(loss.detach(), name="loss").item()
-            elapsed = time.perf_counter() - start
-            if hvd.rank() == 0:
-                print(f"step {step}/{args.steps}  loss {mean_loss:.4f}  {tokens * step / elapsed:.0f} tokens/s  "
-                      f"exposed communication {1e3 * exposed / step:.2f} ms/step  {stats['buckets']} buckets  "
-                      f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB", flush=True)
+        if checkpoints and step % args.checkpoint_every == 0:
+            checkpoints.save(step)
+        # The ranks of async and sync-replicas do not step together: no collective until the end.
+        if not detached and (step % args.log_every == 0 or step == args.steps):
+            report(hvd.allreduce(loss.detach(), name="loss").item(), step, args, tokens, start, first, exposed,
+                   stats)
+    if detached:
+        report(hvd.allreduce(loss.detach(), name="loss").item(), step, args, tokens, start, first, exposed, stats)
+    if checkpoints:
+        checkpoints.wait()
     hvd.shutdown()
+
+
+def report(mean_loss, step, args, tokens, start, first, exposed, stats):
+    elapsed = time.perf_counter() - start
+    done = max(step - first, 1)
+    if hvd.rank() == 0:
+        print(f"step {step}/{args.steps}  loss {mean_loss:.4f}  {tokens * done / elapsed:.0f} tokens/s  "
+              f"exposed communication {1e3 * exposed / done:.2f} ms/step  {stats['buckets']} buckets  "
+              f"peak RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB", flush=True)
 
 
 if __name__ == "__main__":

@@ -147,12 +147,14 @@ ReduceResult DistributedOptimizer::synchronize()
 	return last_;
 }
 
-bool DistributedOptimizer::more() const
+bool DistributedOptimizer::more()
 {
+	// Every group's run starts at its first more(): ask each, not only until one says yes.
+	bool any = false;
 	for (const auto& r : reducers_)
-		if (r && (!r->detached() || r->more()))
-			return true;
-	return false;
+		if (r)
+			any = (!r->detached() || r->more()) || any;
+	return any;
 }
 
 bool DistributedOptimizer::step()

@@ -68,7 +68,7 @@ public:
 	bool step();
 	// async and sync-replicas: whether the chief granted this rank another step (always true
 	// under the lock-step strategies).
-	bool more() const;
+	bool more();
 	const ReduceResult& last() const { return last_; }
 	torch::optim::Optimizer& wrapped() { return optimizer_; }
 

@@ -156,26 +156,36 @@ GradientReducer::GradientReducer(std::vector<std::pair<std::string, at::Tensor>>
 	MPI_Comm_dup(MPI_COMM_WORLD, &flags_comm_);
 	servers_ = options.strategy.name == "parameter-server" ? options.strategy.ps_ranks : 0;
 	closer_ = add_closer([this] { close(); });
-	if (is_detached(options.strategy.name))
-		start_run(options.steps);
+	detached_ = is_detached(options.strategy.name);
+	planned_steps_ = options.steps;
 }
 
 // The detached strategies: this rank's owner thread starts, and a worker fetches the values of
 // its first token. No schedule in the plan: each update takes the learning rate its gradients
-// carry from step(lr), which the program's own scheduler sets.
-void GradientReducer::start_run(int64_t steps)
+// carry from step(lr), which the program's own scheduler sets. Deferred to the run's first use,
+// so that a checkpoint can be restored before the owners serve.
+void GradientReducer::start_run()
 {
-	detached_ = true;
+	if (!detached_ || started_)
+		return;
+	started_ = true;
 	DetachedPlan plan;
-	plan.planned_steps = steps;
+	plan.planned_steps = planned_steps_;
 	optimizer_->detached()->start(plan);
 	more_ = optimizer_->is_worker() && optimizer_->begin_step();
+}
+
+bool GradientReducer::more()
+{
+	start_run();
+	return more_;
 }
 
 std::string GradientReducer::finish_run()
 {
 	if (!detached_ || !run_totals_.empty())
 		return run_totals_;
+	start_run();
 	if (more_)
 		throw Error(fmt::format("rank {} ends the run with a step still granted: call step() while more() is "
 					"true", topology().rank()));
@@ -195,11 +205,16 @@ void GradientReducer::close()
 	remove_closer(closer_);
 	int finalized = 0;
 	MPI_Finalized(&finalized);
-	if (!finalized && servers_ > 0 && !run_ended_ && announce(false, 0.0f))
+	if (!finalized && servers_ > 0 && !run_ended_ && announce(Announced::end) != Announced::end)
 		end_job(fmt::format("rank {} closed its optimizer while the first worker (rank {}) announced another "
 				    "step: every worker must take the same number of steps",
 				    topology().rank(), servers_));
 	if (!finalized && detached_ && run_totals_.empty()) {
+		if (!started_) {
+			// No step was taken: a run of no steps, whose chief refuses every token at once.
+			planned_steps_ = 0;
+			start_run();
+		}
 		// The owners wait for this worker's gradient or its goodbye: without them the others
 		// would wait forever.
 		if (more_)
@@ -283,6 +298,10 @@ void GradientReducer::bind(size_t index, bool keep_values)
 
 void GradientReducer::accumulated(size_t index)
 {
+	if (detached_ && !started_)
+		throw Error(fmt::format("a backward pass on rank {} before the run began (`strategy` {}): call more() before "
+					"the first forward, which fetches the owners' values the step computes on",
+					topology().rank(), open().facts().name));
 	if (detached_ && !more_)
 		return; // this group's run is over on this worker; its other groups may still step
 	if (!in_step_)
@@ -297,18 +316,21 @@ void GradientReducer::accumulated(size_t index)
 		pass_.on_ready(parameters_[index]);
 }
 
-// The first worker tells every rank whether the workers take another step, and its learning rate:
-// a server has no loop of its own to read either from.
-bool GradientReducer::announce(bool step, float lr)
+// The first worker tells every rank what the workers do next (a step with its learning rate, a
+// checkpoint of a step, or the end): a server has no loop of its own to read it from. Every rank
+// says what it would announce; the first worker's word is the one every rank gets back.
+Announced GradientReducer::announce(Announced what, float lr, int64_t step)
 {
-	float message[2] = {step ? 1.0f : 0.0f, lr};
-	TOWER_MPI(MPI_Bcast(message, 2, MPI_FLOAT, servers_, flags_comm_));
-	run_ended_ = run_ended_ || message[0] == 0.0f;
-	announced_lr_ = message[1];
-	return message[0] != 0.0f;
+	double message[3] = {static_cast<double>(what), lr, static_cast<double>(step)};
+	TOWER_MPI(MPI_Bcast(message, 3, MPI_DOUBLE, servers_, flags_comm_));
+	const auto said = static_cast<Announced>(static_cast<int>(message[0]));
+	run_ended_ = run_ended_ || said == Announced::end;
+	announced_lr_ = static_cast<float>(message[1]);
+	announced_step_ = static_cast<int64_t>(message[2]);
+	return said;
 }
 
-bool GradientReducer::serve_step()
+Announced GradientReducer::serve_step(int64_t* at)
 {
 	DistributedOptimizer& optimizer = open();
 	if (optimizer.is_worker())
@@ -316,16 +338,33 @@ bool GradientReducer::serve_step()
 				    topology().rank()));
 	if (detached_) {
 		finish_run(); // the owner thread serves; the run ends when the workers' tokens are spent
-		return false;
+		return Announced::end;
 	}
-	if (run_ended_ || !announce(false, 0.0f))
-		return false;
+	if (run_ended_)
+		return Announced::end;
+	const Announced said = announce(Announced::end);
+	if (said == Announced::checkpoint && at != nullptr)
+		*at = announced_step_;
+	if (said != Announced::step)
+		return said;
 	const StepStats stats = optimizer.step(announced_lr_);
 	(void)stats;
 	// The workers' used-parameter flags: a server used none.
 	std::vector<unsigned char> flags(2 * parameters_.size(), 0);
 	restore_unused(flags);
-	return true;
+	return said;
+}
+
+void GradientReducer::announce_checkpoint(int64_t step)
+{
+	if (servers_ == 0)
+		return;
+	if (!open().is_worker())
+		end_job(fmt::format("rank {} only serves: its serve() joins the workers' checkpoints; it saves none of its "
+				    "own", topology().rank()));
+	if (announce(Announced::checkpoint, 0.0f, step) != Announced::checkpoint)
+		end_job(fmt::format("rank {} saves a checkpoint while the first worker (rank {}) takes a step or ends the "
+				    "run: every worker saves at the same point", topology().rank(), servers_));
 }
 
 ReduceResult GradientReducer::synchronize(float lr)
@@ -336,9 +375,10 @@ ReduceResult GradientReducer::synchronize(float lr)
 		end_job(serves_only());
 	if (detached_)
 		return push(lr);
-	if (servers_ > 0 && !announce(true, lr))
-		end_job(fmt::format("rank {} takes another step after the first worker (rank {}) ended the run: every "
-				    "worker must take the same number of steps", topology().rank(), servers_));
+	if (servers_ > 0 && announce(Announced::step, lr) != Announced::step)
+		end_job(fmt::format("rank {} takes another step while the first worker (rank {}) ended the run or saves "
+				    "a checkpoint: every worker must take the same number of steps", topology().rank(),
+				    servers_));
 	if (!in_step_)
 		begin_step();
 	// Whatever happens below, the next step starts afresh.
@@ -378,6 +418,7 @@ ReduceResult GradientReducer::synchronize(float lr)
 // chief grants one. Not collective: workers do not wait for each other.
 ReduceResult GradientReducer::push(float lr)
 {
+	start_run();
 	if (!more_)
 		throw Error(fmt::format("step() on rank {} after its run ended (`strategy` {}, `steps` spent): loop while "
 					"more() is true", topology().rank(), open().facts().name));

@@ -56,6 +56,10 @@ struct ReducerOptions {
 	std::string problem;
 };
 
+// What the first worker announces to every rank before each step under parameter-server with
+// ranks that only serve (which have no loop of their own to learn it from).
+enum class Announced { end = 0, step = 1, checkpoint = 2 };
+
 struct ReduceResult {
 	bool skipped = false;  // a reduced gradient was inf or NaN: no rank may apply this step
 	double grad_norm = 0;  // of the reduced gradients
@@ -87,13 +91,23 @@ public:
 	// 0): the owners' side of one synchronize() of the workers, with the learning rate the first
 	// worker passed. False, without stepping, once the workers closed their reducers (their
 	// shutdown() ends the servers' loop). Under async and sync-replicas: waits for the run's end
-	// (finish_run()) and returns false.
-	bool serve_step();
+	// (finish_run()) and returns `end`. `checkpoint`: the workers save the checkpoint of step
+	// `*at` next (announce_checkpoint()), and the server joins the save instead of a step.
+	Announced serve_step(int64_t* at = nullptr);
+	// Collective, on every worker before a checkpoint is saved under parameter-server with
+	// servers: tells the servers, whose serve() then joins the save. Nothing to do without servers.
+	void announce_checkpoint(int64_t step);
 	// async and sync-replicas, the detached strategies: whether the chief granted this worker
-	// another step. The reducer fetched the owners' newest values for it already (at
-	// construction, then at the end of each synchronize()), so the next forward computes on them.
+	// another step. The reducer fetched the owners' newest values for it already (at the first
+	// call, then at the end of each synchronize()), so the next forward computes on them. The
+	// run starts (the owner threads, the first token) at the first more() (or synchronize());
+	// until then a checkpoint may be restored into the owners' variables. A backward pass before
+	// it is an error.
 	bool detached() const { return detached_; }
-	bool more() const { return more_; }
+	bool more();
+	// Detached: the owner threads started, and the run is not over: no rank may save or restore
+	// now (the owners write their variables on threads of their own).
+	bool running() const { return started_ && run_totals_.empty(); }
 	// Collective, once no group of this worker has more (every rank calls it for every reducer,
 	// in the order they were made; a server through serve_step()): waits for the owners to apply
 	// the last gradients, brings the final values to every rank and returns the chief's totals
@@ -127,9 +141,9 @@ public:
 
 private:
 	void begin_step();
-	void start_run(int64_t steps);
+	void start_run();
 	ReduceResult push(float lr);
-	bool announce(bool step, float lr);
+	Announced announce(Announced what, float lr = 0.0f, int64_t step = 0);
 	std::string serves_only() const;
 	void bind(size_t index, bool keep_values);
 	DistributedOptimizer& open() const;
@@ -149,8 +163,11 @@ private:
 	bool run_ended_ = false;   // the workers announced their end
 	bool detached_ = false;    // async or sync-replicas
 	bool more_ = false;        // detached: a token is granted, and its values fetched
+	bool started_ = false;     // detached: start_run() ran
+	int64_t planned_steps_ = 0; // detached: the run's length, for the chief's tokens
 	std::string run_totals_;   // detached: finish_run()'s result, once run
 	float announced_lr_ = 0;
+	int64_t announced_step_ = 0;
 	bool in_step_ = false;
 	BackwardPass pass_;
 	std::vector<int> passes_seen_; // per parameter, this step

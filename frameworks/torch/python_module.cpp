@@ -155,12 +155,25 @@ public:
 	}
 	bool gradients_pending() { return open().gradients_pending(); }
 	bool applies_update() { return open().applies_update(); }
-	bool serve_step()
+	// (what the workers announced: 0 end, 1 a step, 2 a checkpoint; the checkpoint's step)
+	std::pair<int, int64_t> serve_step()
 	{
 		py::gil_scoped_release unlocked;
-		return open().serve_step();
+		int64_t at = 0;
+		const Announced said = open().serve_step(&at);
+		return {static_cast<int>(said), at};
 	}
-	bool more() { return open().more(); }
+	void announce_checkpoint(int64_t step)
+	{
+		py::gil_scoped_release unlocked;
+		open().announce_checkpoint(step);
+	}
+	bool more()
+	{
+		py::gil_scoped_release unlocked;
+		return open().more();
+	}
+	bool running() { return open().running(); }
 	bool detached() { return open().detached(); }
 	std::string finish_run()
 	{
@@ -380,7 +393,9 @@ PYBIND11_MODULE(_core, m)
 		.def("synchronize", &PyReducer::synchronize, py::arg("lr") = 0.0f)
 		.def("applies_update", [](PyReducer& r) { return r.applies_update(); })
 		.def("serve_step", &PyReducer::serve_step)
+		.def("announce_checkpoint", &PyReducer::announce_checkpoint)
 		.def("more", &PyReducer::more)
+		.def("running", &PyReducer::running)
 		.def("detached", &PyReducer::detached)
 		.def("finish_run", &PyReducer::finish_run)
 		.def("use_averages", &PyReducer::use_averages)

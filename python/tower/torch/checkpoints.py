@@ -6,7 +6,7 @@ import os
 import torch
 
 from . import _core
-from .functions import TowerError
+from .functions import TowerError, broadcast_object
 
 
 def _group_state(optimizer, index, counters):
@@ -53,12 +53,6 @@ class Checkpoints:
         if resume is None:
             resume = os.environ.get("TOWER_RESUME") == "1"
         resume_path = resume if isinstance(resume, str) else ""
-        if optimizer._tower_detached:
-            raise TowerError("checkpoints of async and sync-replicas PyTorch programs are not built yet: train them "
-                             "without, or checkpoint under parameter-server")
-        if optimizer._tower_owners_apply and optimizer.worker_count() != _core.size():
-            raise TowerError("checkpoints under parameter-server need ps_ranks=0: a server is inside serve() and "
-                             "cannot join a save")
         kind = optimizer._tower_kind()
         if not optimizer._tower_owners_apply and kind not in (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW):
             raise TowerError(f"checkpoints of a {kind.__name__} program: tower saves torch's SGD, Adam and AdamW "
@@ -75,6 +69,9 @@ class Checkpoints:
         self._core = _core.Checkpoints(directory, int(keep), bool(resume), resume_path, json.dumps(identity or {}),
                                        f"torch {optimizer._tower_strategy}", reducers,
                                        [state for _, state in self._states])
+        # With ranks that only serve, a save completes before the servers go back to serving: they
+        # cannot join a later wait() the workers make on their own.
+        self._with_servers = optimizer._tower_strategy == "parameter-server" and optimizer.worker_count() != _core.size()
         optimizer._tower_checkpoints.append(self)
 
     def _counters(self, step):
@@ -86,19 +83,51 @@ class Checkpoints:
                 "loss_scale/log2": torch.zeros(1, dtype=torch.float32),
                 "loss_scale/clean_steps": torch.zeros(1, dtype=torch.int64)}
 
+    def _check_not_running(self, what):
+        if any(r.running() for r in self._optimizer._tower_reducers if r is not None):
+            raise TowerError(f"{what} under strategy={self._optimizer._tower_strategy!r} while its run goes on: its "
+                             "owners apply updates on threads of their own, with no step every rank is at; "
+                             f"{what} before the first more() or after the last step")
+
     def save(self, step, **totals):
         """Collective, between steps: the checkpoint of `step` (the steps done), with the program's
         own running totals (numbers), given back by restore(). Returns the seconds training paused:
-        the files are written behind, and complete before the next save() or at wait()."""
+        the files are written behind, and complete before the next save() or at wait(). Under
+        async and sync-replicas: before the run begins or once it is over."""
+        self._check_not_running("save()")
+        if self._optimizer._tower_strategy == "parameter-server" and not self._optimizer.is_worker():
+            raise TowerError("save() on a rank that only serves: its serve() joins the workers' saves")
+        # Ranks that only serve are inside serve(): the first worker's word brings them to the save.
+        first = next(r for r in self._optimizer._tower_reducers if r is not None)
+        first.announce_checkpoint(int(step))
+        if self._with_servers:
+            self._share_totals(totals)
+        return self._save(step, totals)
+
+    def _share_totals(self, totals):
+        """The first worker's totals to every rank: the manifest, which rank 0 writes, holds them
+        even where rank 0 only serves."""
+        return broadcast_object(totals, root_rank=_core.size() - self._optimizer.worker_count(),
+                                name="checkpoint totals")
+
+    def _serve_save(self, step):
+        """A server's part of the workers' save (its serve() calls it)."""
+        return self._save(step, self._share_totals(None))
+
+    def _save(self, step, totals):
         counters = [self._counters(step) for _ in self._states]
         for (i, state), c in zip(self._states, counters):
             state.update(_group_state(self._optimizer, i, c)[0])
-        return self._core.save(int(step), {k: float(v) for k, v in totals.items()})
+        paused = self._core.save(int(step), {k: float(v) for k, v in totals.items()})
+        if self._with_servers:
+            self._core.wait()
+        return paused
 
     def restore(self):
         """Collective: where resuming, the newest valid checkpoint (or the path given as resume=)
         into the parameters and the optimizer state of every rank; returns (step, totals). Not
-        resuming: (0, {})."""
+        resuming: (0, {}). Under async and sync-replicas: before the first more()."""
+        self._check_not_running("restore()")
         counters = [self._counters(0) for _ in self._states]
         for (i, state), c in zip(self._states, counters):
             state.update(_group_state(self._optimizer, i, c)[0])
@@ -120,8 +149,9 @@ class Checkpoints:
 
     def wait(self):
         """Collective: the checkpoint in progress is complete on disk (an error on every rank if a
-        rank could not write its part)."""
-        self._core.wait()
+        rank could not write its part). With ranks that only serve, every save completed already."""
+        if not self._with_servers:
+            self._core.wait()
 
     def poll(self):
         self._core.poll()

@@ -195,7 +195,8 @@ class _DistributedOptimizer:
         final values. Always True under the lock-step strategies."""
         if not self._tower_detached:
             return True
-        return any(r.more() for r in self._tower_reducers if r is not None)
+        # Every group's run starts at its first more(): ask each, not only until one says yes.
+        return any([r.more() for r in self._tower_reducers if r is not None])
 
     def use_averages(self, averaged=True):
         """Collective, with ema_decay= under an owner strategy: the parameters take the variables'
@@ -226,19 +227,29 @@ class _DistributedOptimizer:
         the learning rates the first worker announces, until the workers end (their shutdown(), or
         the end of their program). Collective with the workers' step() calls. Under async and
         sync-replicas the owners serve on a thread of their own; this waits for the run's end."""
+        live = [r for r in self._tower_reducers if r is not None]
         if self._tower_detached:
-            for reducer in self._tower_reducers:
-                if reducer is not None:
-                    reducer.serve_step()
+            # Every group's owner thread first (the workers ask each group's chief in turn), then
+            # wait for each group's end.
+            for reducer in live:
+                reducer.more()
+            for reducer in live:
+                reducer.serve_step()
             self._tower_finish_run()
             return self._tower_run[0]["updates"]
         steps = 0
-        while all(r.serve_step() for r in self._tower_reducers if r is not None):
+        while True:
+            said, at = live[0].serve_step()  # 0: the end, 1: a step, 2: a checkpoint of step `at`
+            if said == 2:
+                for checkpoints in self._tower_checkpoints:
+                    checkpoints._serve_save(at)  # the workers are in the same save
+                continue
+            if said == 0 or not all(r.serve_step()[0] == 1 for r in live[1:]):
+                break
             steps += 1
             if self._tower_check_every and steps % self._tower_check_every == 0:
-                for r in self._tower_reducers:
-                    if r is not None:
-                        r.check_replicas()  # the workers compare theirs; a server joins in
+                for r in live:
+                    r.check_replicas()  # the workers compare theirs; a server joins in
         return steps
 
     def zero_grad(self, *args, **kwargs):

@@ -44,19 +44,21 @@ for ranks in (2, 3):
         failures.append(f"strategies at {ranks} ranks\n{r.stdout}\n{r.stderr}")
 
 # Checkpoints (checkpoints.py): saved at one size under one strategy, resumed at another size under
-# the other, bit for bit, and the optimizer state with it.
-for (save_ranks, save_strategy), (resume_ranks, resume_strategy) in (((3, "replicated"), (2, "parameter-server")),
-                                                                     ((2, "parameter-server"), (1, "replicated"))):
+# another, bit for bit, and the optimizer state with it (sync-replicas last: it saves again at its
+# end). (ranks, strategy, ranks that only serve)
+for save, resumes in (((3, "replicated", 0), ((2, "parameter-server", 0), (2, "sync-replicas", 0))),
+                      ((3, "parameter-server", 1), ((1, "replicated", 0), (3, "parameter-server", 1)))):
     with tempfile.TemporaryDirectory() as tmp:
-        r, seconds = launch(save_ranks, "checkpoints.py", "save", tmp, save_strategy)
-        if r.returncode == 0:
-            r, more = launch(resume_ranks, "checkpoints.py", "resume", tmp, resume_strategy)
-            seconds += more
-        passed = r.returncode == 0 and r.stdout.count(" ok") == resume_ranks
-        what = f"checkpoint at {save_ranks} ranks under {save_strategy}, resumed at {resume_ranks} under {resume_strategy}"
-        print(f"{what}: {'ok' if passed else 'FAILED'} ({seconds:.1f} s)")
-        if not passed:
-            failures.append(f"{what}\n{r.stdout}\n{r.stderr}")
+        saved, seconds = launch(save[0], "checkpoints.py", "save", tmp, save[1], str(save[2]))
+        for ranks, strategy, servers in resumes:
+            r, more = launch(ranks, "checkpoints.py", "resume", tmp, strategy, str(servers)) \
+                if saved.returncode == 0 else (saved, 0.0)
+            passed = r.returncode == 0 and r.stdout.count(" ok") == ranks
+            what = (f"checkpoint at {save[0]} ranks under {save[1]} ({save[2]} servers), resumed at {ranks} under "
+                    f"{strategy} ({servers} servers)")
+            print(f"{what}: {'ok' if passed else 'FAILED'} ({seconds + more:.1f} s)")
+            if not passed:
+                failures.append(f"{what}\n{r.stdout}\n{r.stderr}")
 
 # The StyleGAN2-style GAN (examples/torch/gan.py: R1 through autograd, D_reg sharing D's Adam state)
 # on the same global batches: tower at 1 rank is plain PyTorch's run bit for bit (both under mpirun,
