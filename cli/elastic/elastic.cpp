@@ -154,10 +154,15 @@ std::vector<std::string> generation_argv(const Launch& l, int generation)
 	// A relaunch resumes from the newest checkpoint of its own directory, not from where the
 	// first generation was told to start (a --resume PATH of the command would lose every
 	// step since); with none there yet, the command runs as given. A program of its own learns
-	// it from TOWER_RESUME (generation_env).
+	// it from TOWER_RESUME, which run_elastic() puts in the environment.
 	const int64_t checkpoint = latest_checkpoint(opt.checkpoint_dir);
 	const bool relaunch_resumes = generation > 1 && checkpoint >= 0;
 	if (opt.program) {
+		// What the program learns from the launcher, on every host (mpirun passes only what it is
+		// told to a remote daemon's ranks).
+		for (const char* name : {"TOWER_CHECKPOINT_DIR", "TOWER_RESUME", "TOWER_ELASTIC_GENERATION",
+					 "TOWER_ELASTIC_HISTORY"})
+			argv.insert(argv.end(), {"-x", name});
 		argv.insert(argv.end(), opt.command.begin(), opt.command.end());
 	} else {
 		argv.push_back(self_path());

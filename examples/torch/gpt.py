@@ -10,7 +10,8 @@ AdamW applies the update, and tower reduces the gradients while backward runs. L
 (with PYTHONPATH=build/python for a build tree). Every rank trains on windows of its own from
 Debian's fortunes; rank 0 prints the loss, tokens/s and the communication that backward did not hide.
 --strategy moves it between tower's strategies with nothing else changed; --checkpoint-every K
-saves through tower.torch.Checkpoints, which `tower elastic --checkpoint-dir D -- ...` resumes.
+saves through tower.torch.Checkpoints every K steps (under async and sync-replicas, whose ranks do
+not step together, once at the end), which `tower elastic --checkpoint-dir D -- ...` resumes.
 """
 import argparse
 import math
@@ -156,6 +157,7 @@ def main():
     tokens = args.batch * args.context * hvd.size()
     start, exposed = time.perf_counter(), 0.0
     step = first
+    loss, stats = torch.zeros(()), {"allreduce_s": 0.0, "hidden_fraction": 0.0, "buckets": 0}
     # Under async and sync-replicas the chief ends the run: loop while it grants steps.
     while opt.more() if detached else step < args.steps:
         step += 1
@@ -167,14 +169,19 @@ def main():
         opt.step()
         stats = opt.tower_stats()
         exposed += stats["allreduce_s"] * (1 - stats["hidden_fraction"])
-        if checkpoints and step % args.checkpoint_every == 0:
+        if checkpoints and not detached and args.checkpoint_every and step % args.checkpoint_every == 0:
             checkpoints.save(step)
         # The ranks of async and sync-replicas do not step together: no collective until the end.
         if not detached and (step % args.log_every == 0 or step == args.steps):
             report(hvd.allreduce(loss.detach(), name="loss").item(), step, args, tokens, start, first, exposed,
                    stats)
     if detached:
-        report(hvd.allreduce(loss.detach(), name="loss").item(), step, args, tokens, start, first, exposed, stats)
+        # (every rank reports, having stepped or not: the all-reduce is collective)
+        mean_loss = hvd.allreduce(loss.detach(), name="loss").item()
+        if step > first:
+            report(mean_loss, step, args, tokens, start, first, exposed, stats)
+        if checkpoints and args.checkpoint_every:
+            checkpoints.save(args.steps)  # the run is over: every rank is at its end
     if checkpoints:
         checkpoints.wait()
     hvd.shutdown()

@@ -154,6 +154,10 @@ bool DistributedOptimizer::more()
 	for (const auto& r : reducers_)
 		if (r)
 			any = (!r->detached() || r->more()) || any;
+	if (!any)
+		for (const auto& r : reducers_)
+			if (r)
+				r->finish_run(); // collective, as after a last step(); idempotent
 	return any;
 }
 

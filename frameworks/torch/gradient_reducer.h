@@ -89,7 +89,7 @@ public:
 	bool applies_update() const { return applies_update_; }
 	// Collective, on a rank that only serves variables (parameter-server with `ps_ranks` above
 	// 0): the owners' side of one synchronize() of the workers, with the learning rate the first
-	// worker passed. False, without stepping, once the workers closed their reducers (their
+	// worker passed. `end`, without stepping, once the workers closed their reducers (their
 	// shutdown() ends the servers' loop). Under async and sync-replicas: waits for the run's end
 	// (finish_run()) and returns `end`. `checkpoint`: the workers save the checkpoint of step
 	// `*at` next (announce_checkpoint()), and the server joins the save instead of a step.

@@ -329,15 +329,10 @@ PYBIND11_MODULE(_core, m)
 		}))
 		.def("__enter__", [](PySpan& s) { s.span = std::make_unique<timeline::Span>(s.name.c_str(), s.category.c_str()); })
 		.def("__exit__", [](PySpan& s, py::args) { s.span.reset(); });
-	// Rank 0 tells an elastic launcher where the run starts and each step it completes.
-	m.def("launcher_started", [](int64_t step, bool resumed) {
-		if (topology().rank() == 0)
-			launcher_lines().started(step, resumed);
-	});
-	m.def("launcher_stepped", [](int64_t step) {
-		if (topology().rank() == 0)
-			launcher_lines().stepped(step);
-	});
+	// One rank (the Python side picks the first worker) tells an elastic launcher where the run
+	// starts and each step it completes.
+	m.def("launcher_started", [](int64_t step, bool resumed) { launcher_lines().started(step, resumed); });
+	m.def("launcher_stepped", [](int64_t step) { launcher_lines().stepped(step); });
 	m.def("set_stall_limits", [](double warn_s, double abort_s) { set_stall_limits({warn_s, abort_s}); });
 	m.def("size", [] { return topology().size(); });
 	m.def("rank", [] { return topology().rank(); });

@@ -16,7 +16,8 @@ bool under_elastic_launcher();
 
 // The observer that prints the lines, under a launcher only (elsewhere it prints nothing):
 // "tower-elastic: started" or "tower-elastic: resumed S", then "tower-elastic: step S" after
-// every step. tower train's report and tower.torch both use it; call it on rank 0 only.
+// every step. tower train's report and tower.torch both use it; call it on one rank only (tower
+// train's rank 0, tower.torch's first worker).
 class LauncherLines final : public TrainingObserver {
 public:
 	LauncherLines() : enabled_(under_elastic_launcher()) {}

@@ -6,6 +6,7 @@ import os
 import torch
 
 from . import _core
+from . import optimizer as _optimizer_module
 from .functions import TowerError, broadcast_object
 
 
@@ -57,6 +58,15 @@ class Checkpoints:
         if not optimizer._tower_owners_apply and kind not in (torch.optim.SGD, torch.optim.Adam, torch.optim.AdamW):
             raise TowerError(f"checkpoints of a {kind.__name__} program: tower saves torch's SGD, Adam and AdamW "
                              "state, under names any strategy reads")
+        if not optimizer._tower_owners_apply:
+            # The state any strategy can hold: torch's SGD, Adam and AdamW without the settings the
+            # owners' rules cannot match (amsgrad keeps a state of its own; dampening changes what
+            # a first step makes of the momentum).
+            problems = [p for i, g in enumerate(optimizer.param_groups)
+                        for p in _optimizer_module._owner_rule(kind, i, g)[1]]
+            if problems:
+                raise TowerError("checkpoints save torch's SGD, Adam and AdamW state under names every strategy "
+                                 "reads: " + "; ".join(problems))
         self._optimizer = optimizer
         self._states = []
         reducers = [r for r in optimizer._tower_reducers if r is not None]
@@ -64,7 +74,7 @@ class Checkpoints:
             reducers = []
             for i, name in enumerate(optimizer._tower_group_names):
                 if name is not None:
-                    pairs, parameters = _group_state(optimizer, i, self._counters(0))
+                    pairs, parameters = _group_state(optimizer, i, self._counters(0, i))
                     self._states.append((i, _core.TorchState(name, pairs, parameters)))
         self._core = _core.Checkpoints(directory, int(keep), bool(resume), resume_path, json.dumps(identity or {}),
                                        f"torch {optimizer._tower_strategy}", reducers,
@@ -73,11 +83,22 @@ class Checkpoints:
         # cannot join a later wait() the workers make on their own.
         self._with_servers = optimizer._tower_strategy == "parameter-server" and optimizer.worker_count() != _core.size()
         optimizer._tower_checkpoints.append(self)
+        _optimizer_module._launcher_optimizer[0] = optimizer  # its steps are what a restart resumes
 
-    def _counters(self, step):
-        """The counters tower's own optimizers keep beside their state (one step count, as torch's
-        Adam keeps per parameter), and a loss scale of 1."""
+    def _counters(self, step, index):
+        """Group `index`'s counters as tower's own optimizers keep them beside their state: the
+        steps its optimizer took (torch's Adam keeps that count per parameter), and a loss scale
+        of 1."""
         applied = self._optimizer._tower_steps
+        if self._optimizer._tower_kind() is not torch.optim.SGD:
+            # (0: a state made here for a parameter torch has not stepped, which takes no part)
+            steps = {int(self._optimizer.state[p]["step"]) for key, p, g in self._optimizer._tower_named
+                     if g == index and "step" in self._optimizer.state[p]} - {0}
+            if len(steps) > 1:
+                raise TowerError(f"param_groups[{index}]: torch's {self._optimizer._tower_kind().__name__} took "
+                                 f"{sorted(steps)} steps for different parameters; tower's checkpoints keep one count "
+                                 "per group")
+            applied = steps.pop() if steps else 0
         return {"optimizer/step": torch.tensor([applied], dtype=torch.int64),
                 "strategy/global_step": torch.tensor([step], dtype=torch.int64),
                 "loss_scale/log2": torch.zeros(1, dtype=torch.float32),
@@ -115,7 +136,7 @@ class Checkpoints:
         return self._save(step, self._share_totals(None))
 
     def _save(self, step, totals):
-        counters = [self._counters(step) for _ in self._states]
+        counters = [self._counters(step, i) for i, _ in self._states]
         for (i, state), c in zip(self._states, counters):
             state.update(_group_state(self._optimizer, i, c)[0])
         paused = self._core.save(int(step), {k: float(v) for k, v in totals.items()})
@@ -128,12 +149,14 @@ class Checkpoints:
         into the parameters and the optimizer state of every rank; returns (step, totals). Not
         resuming: (0, {}). Under async and sync-replicas: before the first more()."""
         self._check_not_running("restore()")
-        counters = [self._counters(0) for _ in self._states]
+        counters = [self._counters(0, i) for i, _ in self._states]
         for (i, state), c in zip(self._states, counters):
             state.update(_group_state(self._optimizer, i, c)[0])
         position = self._core.restore()
+        says = self._optimizer.worker_rank() == 0  # the first worker speaks to tower elastic
         if position is None:
-            _core.launcher_started(0, False)
+            if says:
+                _core.launcher_started(0, False)
             return 0, {}
         step, totals = position
         for (i, _), c in zip(self._states, counters):
@@ -144,7 +167,8 @@ class Checkpoints:
                         self._optimizer.state[p]["step"] = torch.tensor(float(applied))
             self._optimizer._tower_steps = applied
         self._optimizer._tower_position = step
-        _core.launcher_started(step, True)
+        if says:
+            _core.launcher_started(step, True)
         return step, dict(totals)
 
     def wait(self):

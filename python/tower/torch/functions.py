@@ -41,13 +41,16 @@ class Compression:
 
 
 _exit_registered = False
-_failed = False  # an exception nobody caught ends this rank: the job must end, not wait for it
+# An exception nobody caught ends this rank: the job must end, not wait for it. Its exit status:
+# 2 for an AgreedError (every rank has it: a restart under tower elastic would fail the same way,
+# and the launcher does not restart on 2), 1 for anything else.
+_failed = 0
 
 
 def _note_failure(hook):
     def excepthook(kind, value, traceback):
         global _failed
-        _failed = True
+        _failed = 2 if issubclass(kind, _core.AgreedError) else 1
         hook(kind, value, traceback)
     return excepthook
 
@@ -75,8 +78,9 @@ def init(comm=None, process_sets=None, *, stall_warn_s=60.0, stall_abort_s=600.0
 
 
 def shutdown():
-    """Collective: closes every DistributedOptimizer (in the order they were made, alike on every
-    rank), then MPI. Gradients that were views of tower's buckets get memory of their own."""
+    """Collective: closes every DistributedOptimizer and Checkpoints (in the order they were made,
+    alike on every rank; a checkpoint still being written is finished first), then MPI. Gradients
+    that were views of tower's buckets get memory of their own."""
     _core.shutdown()
 
 
@@ -86,7 +90,7 @@ def _at_exit():
         # collective, or in the collective close of the buckets. End the job, as mpirun would if
         # the process died.
         sys.stderr.flush()
-        _core.abort(1)
+        _core.abort(_failed)
     shutdown()
 
 

@@ -55,6 +55,11 @@ def _settings(optimizer):
     return fields
 
 
+# The optimizer whose steps tower elastic hears of (a program's GAN has three): the one a
+# Checkpoints was made for, else the first one made.
+_launcher_optimizer = [None]
+
+
 class _DistributedOptimizer:
     """Methods added to the wrapped optimizer's class (its state and settings stay its own)."""
 
@@ -74,6 +79,8 @@ class _DistributedOptimizer:
         self._tower_group_names = group_names
         self._tower_checkpoints = []  # moved along at every step
         self._tower_position = 0      # the steps done, a resumed checkpoint's included
+        if _launcher_optimizer[0] is None:
+            _launcher_optimizer[0] = self
         self._tower_check_every = check_every
         self._tower_steps = 0
         self._tower_should_synchronize = True
@@ -133,7 +140,8 @@ class _DistributedOptimizer:
         else:
             self._tower_replicated_step()
         self._tower_position += 1
-        _core.launcher_stepped(self._tower_position)  # under tower elastic, its line on rank 0
+        if _launcher_optimizer[0] is self and self._tower_first().worker_index() == 0:
+            _core.launcher_stepped(self._tower_position)  # under tower elastic, its line
         for checkpoints in self._tower_checkpoints:
             checkpoints.poll()
         return loss
@@ -185,8 +193,9 @@ class _DistributedOptimizer:
 
     def _tower_finish_run(self):
         """Collective, on every rank once its run is over: the owners apply the last gradients and
-        every rank's parameters take the final values."""
-        self._tower_run = [json.loads(r.finish_run()) for r in self._tower_reducers if r is not None]
+        every rank's parameters take the final values. Idempotent."""
+        if self._tower_run is None:
+            self._tower_run = [json.loads(r.finish_run()) for r in self._tower_reducers if r is not None]
 
     def more(self):
         """Under async and sync-replicas: whether this worker takes another step (the chief granted
@@ -196,7 +205,12 @@ class _DistributedOptimizer:
         if not self._tower_detached:
             return True
         # Every group's run starts at its first more(): ask each, not only until one says yes.
-        return any([r.more() for r in self._tower_reducers if r is not None])
+        if any([r.more() for r in self._tower_reducers if r is not None]):
+            return True
+        # No step for this rank (none granted at all, or a run resumed at its end): the run's end
+        # is collective, as after a last step().
+        self._tower_finish_run()
+        return False
 
     def use_averages(self, averaged=True):
         """Collective, with ema_decay= under an owner strategy: the parameters take the variables'
@@ -225,8 +239,10 @@ class _DistributedOptimizer:
     def serve(self):
         """On a rank that only serves variables: applies the workers' updates, step after step, with
         the learning rates the first worker announces, until the workers end (their shutdown(), or
-        the end of their program). Collective with the workers' step() calls. Under async and
-        sync-replicas the owners serve on a thread of their own; this waits for the run's end."""
+        the end of their program), and joins the checkpoints the workers save. Collective with the
+        workers' step() and save() calls. Under async and sync-replicas the owners serve on a
+        thread of their own; this waits for the run's end. Returns the steps served (the updates
+        applied, under async and sync-replicas)."""
         live = [r for r in self._tower_reducers if r is not None]
         if self._tower_detached:
             # Every group's owner thread first (the workers ask each group's chief in turn), then
@@ -241,6 +257,9 @@ class _DistributedOptimizer:
         while True:
             said, at = live[0].serve_step()  # 0: the end, 1: a step, 2: a checkpoint of step `at`
             if said == 2:
+                if not self._tower_checkpoints:
+                    raise TowerError(f"the workers save a checkpoint of step {at}, but this server (rank {_core.rank()}) "
+                                     "made no tower.torch.Checkpoints: make them on every rank, before serve()")
                 for checkpoints in self._tower_checkpoints:
                     checkpoints._serve_save(at)  # the workers are in the same save
                 continue
@@ -308,7 +327,20 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     steps move `another`'s state (a lazy regularizer's D_reg beside D); it reduces through the
     same buckets, and its own param_groups set its learning rate."""
     if share is not None:
-        return _sharing(optimizer, share, name, check_every)
+        # The shared optimizer's reduction is the one: its own options would be ignored.
+        defaults = {"compression": Compression.none, "backward_passes_per_step": 1, "op": Average,
+                    "gradient_predivide_factor": 1.0, "num_groups": 0, "groups": None, "sparse_as_dense": False,
+                    "process_set": None, "allreduce": "auto", "fusion_mb": 4.0, "overlap": True,
+                    "strategy": "replicated", "ps_ranks": 0, "deterministic": False, "steps": 0,
+                    "replicas_to_aggregate": 0, "async_scale": True, "max_staleness": None, "ema_decay": None}
+        given = dict(compression=compression, backward_passes_per_step=backward_passes_per_step, op=op,
+                     gradient_predivide_factor=gradient_predivide_factor, num_groups=num_groups, groups=groups,
+                     sparse_as_dense=sparse_as_dense, process_set=process_set, allreduce=allreduce,
+                     fusion_mb=fusion_mb, overlap=overlap, strategy=strategy, ps_ranks=ps_ranks,
+                     deterministic=deterministic, steps=steps, replicas_to_aggregate=replicas_to_aggregate,
+                     async_scale=async_scale, max_staleness=max_staleness, ema_decay=ema_decay)
+        ignored = sorted(k for k, v in given.items() if v is not defaults[k] and v != defaults[k])
+        return _sharing(optimizer, share, name, check_every, ignored)
     # What is wrong on this rank goes to the reducer's agreement: an error on every rank, not a
     # rank that raises while the others wait for it.
     problems = []
@@ -433,14 +465,19 @@ def _agree(problem):
     failing = [r for r, f in enumerate(flags.tolist()) if f]
     if failing:
         text = broadcast_object(problem, root_rank=failing[0], name="tower.problem")
-        raise TowerError(f"rank {failing[0]}: {text}")
+        raise _core.AgreedError(f"rank {failing[0]}: {text}")
 
 
-def _sharing(optimizer, share, name, check_every):
+def _sharing(optimizer, share, name, check_every, ignored):
     """A DistributedOptimizer over `share`'s parameters whose torch optimizer steps `share`'s state:
     the same reducer and buckets, torch's `state` the same object, the group settings its own."""
     problem = ""
-    if not hasattr(share, "_tower_reducers"):
+    if ignored:
+        problem = (f"share= reduces through the shared optimizer's buckets, with its options: drop "
+                   f"{', '.join(k + '=' for k in ignored)}")
+    elif not isinstance(check_every, int) or check_every < 0:
+        problem = f"check_every={check_every!r}: a number of steps, 0 (never) or more"
+    elif not hasattr(share, "_tower_reducers"):
         problem = "share= takes a tower.torch.DistributedOptimizer"
     elif share._tower_owners_apply:
         problem = (f"share= under strategy={share._tower_strategy!r}: only replicated shares an optimizer's state "

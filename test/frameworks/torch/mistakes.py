@@ -53,6 +53,15 @@ try:
         opt = wrap(model(), op=hvd.Adasum)
     elif mistake == "detached-without-steps":
         wrap(model(), strategy="async")
+    elif mistake == "share-with-options-of-its-own":
+        m = model()
+        first = wrap(m)
+        wrap(m, op=hvd.Sum, share=first)
+    elif mistake == "checkpoint-amsgrad":
+        m = model()
+        opt = hvd.DistributedOptimizer(torch.optim.Adam(m.parameters(), lr=0.01, amsgrad=True),
+                                       named_parameters=m.named_parameters())
+        hvd.Checkpoints(opt, "/nonexistent-dir-never-written")
     elif mistake == "owner-optimizer-class":
         m = model()
         hvd.DistributedOptimizer(torch.optim.RMSprop(m.parameters(), lr=0.01), named_parameters=m.named_parameters(),
