@@ -81,9 +81,12 @@ void Trainer::Run::log_detached_window(const nlohmann::json& window)
 	p.loss = window["loss"].get<float>();
 	p.samples_per_s = window["samples_per_s"].get<double>();
 	p.eta_s = 0;
-	p.extra = fmt::format("lr {:.4g}  {:.1f} updates/s  {:.2f} gradients/update  dropped {}  staleness {:.2f} (max {})",
+	p.extra = fmt::format("lr {:.4g}  {:.1f} updates/s  {:.2f} gradients/update  dropped {}{}  staleness {:.2f} (max {})",
 			      window["lr"].get<double>(), window["updates_per_s"].get<double>(),
 			      window["gradients_per_update"].get<double>(), window["dropped_stale"].get<int64_t>(),
+			      window["dropped_nonfinite"].get<int64_t>() > 0
+				      ? fmt::format(" (+{} non-finite)", window["dropped_nonfinite"].get<int64_t>())
+				      : std::string(),
 			      window["staleness_mean"].get<double>(), window["staleness_max"].get<int64_t>());
 	if (observer_ != nullptr)
 		observer_->progressed(p);

@@ -66,6 +66,7 @@ struct Detached {
 	std::vector<std::vector<float>> initial, parameters; // workers only
 	std::vector<std::vector<float>> pushed;              // this worker's sum of lr * gradient pushed
 	std::vector<int64_t> token_steps;                    // the global step of each of its tokens
+	int64_t skipped = 0;                                 // its gradients the owners dropped as non-finite
 	nlohmann::json totals;
 	float first_loss = 0, last_loss = 0;
 };
@@ -111,6 +112,7 @@ Detached run_detached(const StrategyOptions& o, const OptimizerConfig& optimizer
 			if (!work(d, *model, b, &s, lr_travels ? schedule : std::function<float(int64_t)>{}))
 				break;
 			(k == 0 ? out.first_loss : out.last_loss) = s.forward.loss;
+			out.skipped += s.skipped ? 1 : 0;
 			out.token_steps.push_back(d.last_token_step());
 			for (size_t i = 0; i < params.size(); ++i) {
 				const float* g = params[i]->grad.data_as<float>();
@@ -267,6 +269,38 @@ TEST_CASE("a resumed async run hands out only the tokens its updates have not ta
 		CHECK(at(owner, "updates") == 20 * workers);
 		CHECK(at(owner, "dropped_stale") == 0);
 	}
+}
+
+TEST_CASE("a non-finite gradient is dropped by every owner, counted, and its token granted again")
+{
+	// The bad batch's worker is the last rank (a worker whether or not rank 0 serves); its third
+	// gradient carries a NaN. Every owner drops its slice of it, and the run still applies every
+	// planned update: sync-replicas would otherwise wait forever for the update's last gradient.
+	for (const char* name : {"sync-replicas", "async"})
+		for (int servers = 0; servers < std::min(world().size(), 2); ++servers) {
+			CAPTURE(name);
+			CAPTURE(servers);
+			StrategyOptions o = options(name, servers);
+			edit_faults(o, [](FaultInjection& f) { f.nonfinite_step = 2, f.nonfinite_rank = world().size() - 1; });
+			const Detached run = run_detached(o, OptimizerConfig{}, 12);
+			const int workers = world().size() - servers;
+			const int64_t pushes = sum_over_world(static_cast<int64_t>(run.token_steps.size()));
+			const int64_t updates = std::string(name) == "async" ? 12 * workers : 12;
+			const int64_t per_update = std::string(name) == "async" ? 1 : workers;
+			CHECK(pushes == updates * per_update + 1);
+			for (const auto& owner : run.totals["owners"]) {
+				CAPTURE(owner.dump());
+				CHECK(at(owner, "updates") == updates);
+				CHECK(at(owner, "gradients_received") == pushes);
+				CHECK(at(owner, "gradients_applied") == updates * per_update);
+				CHECK(at(owner, "dropped_nonfinite") == 1);
+				CHECK(at(owner, "dropped_stale") == 0);
+			}
+			CHECK(run.skipped == (world().rank() == world().size() - 1 ? 1 : 0));
+			for (const auto& tensor : run.parameters)
+				for (const float v : tensor)
+					REQUIRE(std::isfinite(v));
+		}
 }
 
 TEST_CASE("async applies every gradient exactly once, scaled by 1/workers")
@@ -524,4 +558,9 @@ TEST_CASE("the detached strategies' option errors are errors on every rank")
 	StrategyOptions compressed = options("async");
 	compressed.gradients.compress = DType::f16;
 	CHECK_THROWS_WITH_AS(run_detached(compressed, sgd, 1), doctest::Contains("`compress`"), AgreedError);
+	if (world().size() >= 2) {
+		StrategyOptions server_nan = options("sync-replicas", 1);
+		edit_faults(server_nan, [](FaultInjection& f) { f.nonfinite_step = 0, f.nonfinite_rank = 0; });
+		CHECK_THROWS_WITH_AS(run_detached(server_nan, sgd, 1), doctest::Contains("is a server"), AgreedError);
+	}
 }

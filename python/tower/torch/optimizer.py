@@ -281,7 +281,7 @@ class _DistributedOptimizer:
     def tower_stats(self):
         """The last step's reduction: skipped, grad_norm, allreduce_s, hidden_fraction, buckets.
         Under async and sync-replicas, once the run is over, also "run": each group's totals from
-        its chief (updates, gradients_applied, dropped_stale, staleness_mean, ...)."""
+        its chief (updates, gradients_applied, dropped_stale, dropped_nonfinite, staleness_mean, ...)."""
         stats = dict(self._tower_last)
         if self._tower_run is not None:
             stats["run"] = self._tower_run

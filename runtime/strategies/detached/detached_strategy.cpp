@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 #include "collectives/transports/mpi_reduce_ops.h"
 #include "collectives/signature_check.h"
@@ -15,6 +16,7 @@
 #include "runtime/safety/replica_check.h"
 #include "runtime/observe/timeline.h"
 #include "base/clock.h"
+#include "models/kernels/ops.h"
 
 namespace tower {
 
@@ -31,8 +33,12 @@ void check_options(const StrategyOptions& o, const std::string& name)
 	refuse(!o.replicated.groups.empty(), "`groups`");
 	refuse(o.gradients.compress != DType::f32, "`compress`");
 	refuse(o.gradients.loss_scale.mode != LossScaleMode::none, "`loss_scale`");
-	refuse(faults_of(o).nonfinite_step >= 0, "`inject_nonfinite`");
 	refuse(o.gradients.reduce != ReduceOp::mean, "`reduce` sum");
+	const FaultInjection& f = faults_of(o);
+	if (f.nonfinite_step >= 0 && f.nonfinite_rank < o.ps_ranks)
+		throw AgreedError(fmt::format("`inject_nonfinite` '{}:{}': rank {} is a server, which computes no gradient "
+					      "under `strategy` {}; name a worker, rank {} or above",
+					      f.nonfinite_step + 1, f.nonfinite_rank, f.nonfinite_rank, name, o.ps_ranks));
 }
 
 } // namespace
@@ -155,28 +161,49 @@ bool DetachedStrategy::fetch(std::vector<int64_t>* tags)
 	return true;
 }
 
-void DetachedStrategy::push(const std::vector<int64_t>& tags, const StepRequest& request)
+bool DetachedStrategy::push(const std::vector<int64_t>& tags, const StepRequest& request)
 {
 	timeline::Span span("push", "comm");
 	span.arg("tag", tags.empty() ? -1 : tags[0]);
-	std::vector<MPI_Request> requests(segments_.size());
+	// Every slice is gathered first: the finiteness of the whole gradient goes in every header,
+	// so every owner drops or takes its slice alike.
+	bool finite = true;
 	for (size_t o = 0; o < segments_.size(); ++o) {
-		auto* head = reinterpret_cast<PushHeader*>(pushes_[o].data());
-		*head = PushHeader{tags[o], request.samples, request.loss, request.lr};
-		auto* gradient = reinterpret_cast<float*>(pushes_[o].data() + sizeof(PushHeader) / sizeof(int64_t));
+		float* gradient = push_gradient(o);
 		for (const VariableSlice& s : core_.placement().slices)
 			if (s.owner == static_cast<int>(o))
 				Tensor::view(gradient + s.segment_offset, {s.count}, DType::f32, Device{})
 					.copy_from(core_.model_slice(s, true));
+		if (o == 0 && injecting() && segments_[o].count > 0)
+			gradient[0] = std::numeric_limits<float>::quiet_NaN();
 		if (request.micro_batches > 1)
 			for (int64_t i = 0; i < segments_[o].count; ++i)
 				gradient[i] /= static_cast<float>(request.micro_batches);
+		finite = finite && all_finite(Tensor::view(gradient, {segments_[o].count}, DType::f32, Device{}));
+	}
+	std::vector<MPI_Request> requests(segments_.size());
+	for (size_t o = 0; o < segments_.size(); ++o) {
+		auto* head = reinterpret_cast<PushHeader*>(pushes_[o].data());
+		*head = PushHeader{tags[o], request.samples, request.loss, request.lr, finite ? 0 : 1};
 		const size_t bytes = sizeof(PushHeader) + static_cast<size_t>(segments_[o].count) * sizeof(float);
 		TOWER_MPI(MPI_Isend(pushes_[o].data(), static_cast<int>(bytes), MPI_BYTE, segments_[o].rank, tag_push,
 				    requests_.get(), &requests[o]));
 	}
 	for (MPI_Request& r : requests)
 		wait_with_backoff(r, "worker: pushing a gradient");
+	++pushed_;
+	return finite;
+}
+
+float* DetachedStrategy::push_gradient(size_t owner)
+{
+	return reinterpret_cast<float*>(pushes_[owner].data() + sizeof(PushHeader) / sizeof(int64_t));
+}
+
+bool DetachedStrategy::injecting() const
+{
+	// --inject-nonfinite STEP:RANK counts this worker's own gradients: its STEP-th push.
+	return pushed_ == faults_of(options_).nonfinite_step && rank_ == faults_of(options_).nonfinite_rank;
 }
 
 void DetachedStrategy::say_goodbye()
@@ -216,7 +243,7 @@ StepStats DetachedStrategy::step(const StepRequest& request)
 	if (rank_ == faults_of(options_).delay_rank)
 		std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(faults_of(options_).delay_ms));
 	const auto begin = Clock::now();
-	push(tags_, request);
+	stats.skipped = !push(tags_, request);
 	stats.allreduce_s = fetch_s_ + seconds_since(begin);
 	return stats;
 }
@@ -235,13 +262,13 @@ nlohmann::json DetachedStrategy::finish()
 	publish();
 
 	// Every owner's counters, so a test can check each; the chief's are the run's.
-	constexpr int fields = 10;
+	constexpr int fields = 11;
 	OwnerCounters mine = owner_ ? owner_->counters() : OwnerCounters{};
 	const double local[fields] = {static_cast<double>(mine.updates), static_cast<double>(mine.received),
 				      static_cast<double>(mine.applied), static_cast<double>(mine.dropped_stale),
 				      static_cast<double>(mine.samples_applied), static_cast<double>(mine.staleness_sum),
 				      static_cast<double>(mine.staleness_max), mine.loss_sum,
-				      mine.cpu_s, mine.wall_s};
+				      mine.cpu_s, mine.wall_s, static_cast<double>(mine.dropped_nonfinite)};
 	int size = 0;
 	TOWER_MPI(MPI_Comm_size(world_, &size));
 	std::vector<double> all(static_cast<size_t>(fields * size));
@@ -261,6 +288,7 @@ nlohmann::json DetachedStrategy::finish()
 		o.staleness_max = static_cast<int64_t>(c[6]);
 		o.cpu_s = c[8];
 		o.wall_s = c[9];
+		o.dropped_nonfinite = static_cast<int64_t>(c[10]);
 		nlohmann::json j = o.to_json();
 		j["rank"] = s.rank;
 		owners.push_back(j);

@@ -46,7 +46,8 @@ public:
 	bool begin_step() override;
 	GradReadyFn begin_final_backward() override { return {}; }
 	// Pushes each owner its slice of the gradients, tagged with the update the values came from,
-	// with `request.lr` (which the owners use only where the plan has no schedule).
+	// with `request.lr` (which the owners use only where the plan has no schedule). A gradient
+	// with an inf or NaN is marked so that every owner drops it (`skipped` in the result).
 	StepStats step(const StepRequest& request) override;
 	bool has_averages() const override { return core_.averages() != nullptr; }
 	void use_averages(bool averaged) override;
@@ -76,7 +77,10 @@ private:
 	};
 	bool fetch(std::vector<int64_t>* tags);
 	void ask(size_t owner, int tag, const int64_t* min_step, ReplyHeader* head, MPI_Request* requests);
-	void push(const std::vector<int64_t>& tags, const StepRequest& request);
+	// False when the gradient held an inf or NaN (the owners drop it).
+	bool push(const std::vector<int64_t>& tags, const StepRequest& request);
+	float* push_gradient(size_t owner);
+	bool injecting() const;
 	void say_goodbye();
 	void publish();
 	void to_model();
@@ -102,6 +106,7 @@ private:
 	bool in_step_ = false;     // begin_step() granted a token that step() has not used yet
 	double fetch_s_ = 0;       // the last begin_step()'s wait for the token and the values
 	int64_t last_token_step_ = -1;
+	int64_t pushed_ = 0;       // gradients this worker pushed
 	std::vector<int64_t> last_tags_;
 	std::vector<int64_t> tags_; // per owner, the update of the values the step under way computes on
 };

@@ -10,6 +10,7 @@
 #include "collectives/transports/mpi_reduce_ops.h"
 #include "base/watchdog/backoff_wait.h"
 #include "base/error.h"
+#include "base/fatal.h"
 #include "base/mpi/mpi_check.h"
 #include "runtime/observe/timeline.h"
 #include "base/clock.h"
@@ -38,6 +39,7 @@ nlohmann::json OwnerCounters::to_json() const
 		{"gradients_received", received},
 		{"gradients_applied", applied},
 		{"dropped_stale", dropped_stale},
+		{"dropped_nonfinite", dropped_nonfinite},
 		{"samples_applied", samples_applied},
 		{"gradients_per_update", updates ? static_cast<double>(applied) / static_cast<double>(updates) : 0.0},
 		{"staleness_mean", applied ? static_cast<double>(staleness_sum) / static_cast<double>(applied) : 0.0},
@@ -160,6 +162,10 @@ void OwnerService::take_gradient(int source, const PushHeader& h, const float* g
 	if (s_.chief)
 		in_flight_[static_cast<size_t>(source - s_.first_worker_rank)] = -1;
 	++counters_.received;
+	if (h.nonfinite) {
+		drop_nonfinite(source, h);
+		return;
+	}
 	counters_.loss_sum += h.loss;
 	const int64_t step = *s_.global_step;
 	if (step >= s_.target || !s_.rule->fresh(h.tag, step)) {
@@ -180,6 +186,33 @@ void OwnerService::take_gradient(int source, const PushHeader& h, const float* g
 	carried_lr_ = h.lr;
 	if (++accepted_ == s_.rule->gradients_per_update())
 		apply_update();
+}
+
+void OwnerService::drop_nonfinite(int source, const PushHeader& h)
+{
+	// One worker's bad batch must not poison the variables every worker computes on (the
+	// lock-step strategies skip such a step on every rank; here only its gradient goes).
+	timeline::Span dropped("drop non-finite gradient", "update");
+	dropped.arg("tag", h.tag).arg("global_step", *s_.global_step);
+	++counters_.dropped_nonfinite;
+	if (!s_.chief)
+		return;
+	const auto w = static_cast<size_t>(source - s_.first_worker_rank);
+	const int64_t step = *s_.global_step;
+	fmt::print(stderr, "[rank {}] warning: dropped a non-finite gradient from worker {} (rank {}), computed on the "
+		   "values of update {}; {} dropped so far\n",
+		   world_rank_or_unknown(), w, source, h.tag, counters_.dropped_nonfinite);
+	std::fflush(stderr);
+	// Its token is granted again, so the run still applies every planned update (sync-replicas
+	// would otherwise wait forever for the update's last gradient).
+	if (step < s_.target && s_.rule->fresh(h.tag, step)) {
+		if (h.tag == step) {
+			given_this_step_ = std::max<int64_t>(given_this_step_ - 1, 0);
+			taken_[w] = std::max<int64_t>(taken_[w] - 1, 0);
+		}
+		--given_total_;
+		serve_waiting();
+	}
 }
 
 void OwnerService::apply_update()
@@ -241,6 +274,7 @@ void OwnerService::maybe_log_window(bool last)
 	w.received -= window_start_.received;
 	w.applied -= window_start_.applied;
 	w.dropped_stale -= window_start_.dropped_stale;
+	w.dropped_nonfinite -= window_start_.dropped_nonfinite;
 	w.samples_applied -= window_start_.samples_applied;
 	w.staleness_sum -= window_start_.staleness_sum;
 	w.loss_sum -= window_start_.loss_sum;

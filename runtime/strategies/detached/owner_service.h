@@ -35,8 +35,11 @@ struct PushHeader {
 	int64_t samples = 0;
 	double loss = 0;
 	// The learning rate the worker's step() was given: what the update takes where the run has
-	// no schedule of its own (OwnerSetup::lr empty). Also keeps the gradient 8-byte aligned.
+	// no schedule of its own (OwnerSetup::lr empty).
 	double lr = 0;
+	// 1 when the worker found an inf or NaN anywhere in its gradient: every owner drops its
+	// slice alike, so no owner applies part of a bad gradient. Keeps the gradient 8-byte aligned.
+	int64_t nonfinite = 0;
 };
 
 // Leads every reply: whether the worker may compute (0 once the run is over) and the update count.
@@ -84,6 +87,7 @@ struct OwnerCounters {
 	int64_t received = 0;       // gradients that arrived
 	int64_t applied = 0;        // gradients that went into an update
 	int64_t dropped_stale = 0;  // gradients computed on variables of an update already applied
+	int64_t dropped_nonfinite = 0; // gradients with an inf or NaN (the chief grants a token in their place)
 	int64_t samples_applied = 0;
 	int64_t staleness_sum = 0;  // over applied gradients: updates between fetch and push
 	int64_t staleness_max = 0;
@@ -131,6 +135,7 @@ private:
 	void answer_token(int source);
 	void reply(int source, bool granted);
 	void take_gradient(int source, const PushHeader& h, const float* gradient);
+	void drop_nonfinite(int source, const PushHeader& h);
 	void apply_update();
 	void serve_waiting();
 	void maybe_log_window(bool last);
