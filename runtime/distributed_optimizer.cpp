@@ -187,6 +187,7 @@ int DistributedOptimizer::worker_index() const { return strategy().worker_index(
 int DistributedOptimizer::workers() const { return strategy().workers(); }
 bool DistributedOptimizer::has_averages() const { return strategy().has_averages(); }
 void DistributedOptimizer::use_averages(bool averaged) { strategy().use_averages(averaged); }
+void DistributedOptimizer::settle_replicas() { strategy().settle_replicas(); }
 uint64_t DistributedOptimizer::check_replicas() const { return strategy().check_replicas(); }
 StrategyFacts DistributedOptimizer::facts() const { return strategy().facts(); }
 DetachedRun* DistributedOptimizer::detached() { return strategy().detached(); }

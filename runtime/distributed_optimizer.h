@@ -110,6 +110,10 @@ public:
 	int workers() const;
 	bool has_averages() const;
 	void use_averages(bool averaged);
+	// Collective. Under local-sgd, whose workers train apart between syncs, takes the sync now so
+	// that every worker holds the one synced model (call it before evaluating and at the end of
+	// training); under the other strategies it does nothing.
+	void settle_replicas();
 	uint64_t check_replicas() const;
 	StrategyFacts facts() const;
 	// Async and sync-replicas: their start() and finish() around the workers' loop

@@ -32,7 +32,8 @@ nlohmann::json labels(const ModelConfig& model, const TrainerConfig& t)
 	nlohmann::json j = {{"model", model.name},
 			    {"precision", find_field(model_fields(), "precision")->get(model)},
 			    {"compress", text("compress")},
-			    {"allreduce", t.strategy.name == "replicated" ? text("allreduce") : std::string("none")}};
+			    {"allreduce", t.strategy.name == "replicated" || t.strategy.name == "local-sgd" ? text("allreduce")
+													       : std::string("none")}};
 	if (t.strategy.ema_decay)
 		j["ema_decay"] = *t.strategy.ema_decay;
 	// Under an elastic launcher (cli/elastic/elastic.cpp), the summary carries its history of the

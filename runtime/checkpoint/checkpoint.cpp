@@ -484,8 +484,12 @@ void Checkpointer::load_variables(const std::string& step_dir, const nlohmann::j
 	PieceFiles read(step_dir);
 	std::vector<std::string> wrong;
 	for (auto& v : variables()) {
+		const VariablePiece target = piece_of(v, whole_shape());
+		if (v.may_be_absent && std::none_of(saved.begin(), saved.end(),
+						    [&](const VariablePiece& p) { return p.variable == target.variable; }))
+			continue;
 		try {
-			fill_from_pieces(piece_of(v, whole_shape()), v.tensor, saved, std::ref(read));
+			fill_from_pieces(target, v.tensor, saved, std::ref(read));
 		} catch (const CheckpointError&) {
 			throw;
 		} catch (const Error& e) {

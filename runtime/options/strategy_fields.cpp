@@ -20,6 +20,9 @@ namespace {
 
 using Row = Field<StrategyOptions>;
 const std::vector<std::string> replicated = {"replicated"};
+// The all-reduce's own settings: local-sgd's outer all-reduce takes them too.
+const std::vector<std::string> all_reducing = {"replicated", "local-sgd"};
+const std::vector<std::string> local_sgd = {"local-sgd"};
 const std::vector<std::string> placed = {"parameter-server", "async", "sync-replicas"};
 const std::vector<std::string> async = {"async"};
 
@@ -139,7 +142,7 @@ std::vector<Row> replicated_rows()
 	auto rep = [](auto member) { return [member](StrategyOptions& s) -> auto& { return s.replicated.*member; }; };
 	using R = ReplicatedOptions;
 	return {
-		with(mode_row(), replicated, true),
+		with(mode_row(), all_reducing, true),
 		with(number_field<StrategyOptions, double>("fusion_mb", "Fused bucket size in MiB (0: no fusion)",
 							   rep(&R::fusion_mb), FieldRange::non_negative), replicated, true),
 		with(bool_field<StrategyOptions>("overlap", "All-reduce buckets during backward (true/false)", rep(&R::overlap)),
@@ -152,10 +155,10 @@ std::vector<Row> replicated_rows()
 				"memory (CPU, hierarchical; true/false)", rep(&R::shard_update)), replicated, true),
 		with(bool_field<StrategyOptions>("deterministic", "Sum the all-reduce in rank order: every mode and rank "
 				"layout gives the same bits", [](StrategyOptions& s) -> bool& {
-					return s.replicated.all_reduce.deterministic; }, true), replicated, true),
+					return s.replicated.all_reduce.deterministic; }, true), all_reducing, true),
 		with(number_field<StrategyOptions, size_t>("chunk_bytes", "Bytes the CPU all-reduces stream through at a time",
 				[](StrategyOptions& s) -> size_t& { return s.replicated.all_reduce.chunk_bytes; },
-				FieldRange::positive), replicated, true),
+				FieldRange::positive), all_reducing, true),
 	};
 }
 
@@ -227,6 +230,55 @@ std::vector<Row> detached_rows()
 	};
 }
 
+OuterCompression parse_outer_compress(const std::string& t)
+{
+	if (t == "none")
+		return OuterCompression::none;
+	if (t == "bf16")
+		return OuterCompression::bf16;
+	if (t == "int8")
+		return OuterCompression::int8;
+	throw AgreedError(fmt::format("`outer_compress` {}: write none (f32), bf16, or int8 (blocks of 256 with a scale "
+				      "each)", t));
+}
+
+std::string outer_compress_text(const OuterCompression& c)
+{
+	return c == OuterCompression::bf16 ? "bf16" : c == OuterCompression::int8 ? "int8" : "none";
+}
+
+// local-sgd's rows; like the other strategies' they may change on resume.
+std::vector<Row> local_sgd_rows()
+{
+	auto own = [](auto member) { return [member](StrategyOptions& s) -> auto& { return s.local_sgd.*member; }; };
+	using L = LocalSgdOptions;
+	return {
+		with(number_field<StrategyOptions, int64_t>("sync_every", "local-sgd: H, each worker's inner steps between "
+				"syncs", own(&L::sync_every), FieldRange::positive), local_sgd, true),
+		with(choice_field<StrategyOptions>("outer_optimizer", "local-sgd: the outer optimizer, nesterov (DiLoCo) or "
+				"sgd (at `outer_lr` 1: plain averaging)", own(&L::outer_optimizer), {"nesterov", "sgd"}),
+		     local_sgd, true),
+		with(number_field<StrategyOptions, float>("outer_lr", "local-sgd: the outer learning rate",
+				own(&L::outer_lr), FieldRange::positive), local_sgd, true),
+		with(custom_field<StrategyOptions, float>("outer_momentum", "local-sgd: the outer Nesterov momentum, in [0, 1)",
+				own(&L::outer_momentum),
+				[](const std::string& t) {
+					const double m = parse_number_field("outer_momentum", t, FieldRange::non_negative);
+					if (!(m < 1))
+						throw AgreedError(fmt::format("`outer_momentum` {}: give a value in [0, 1)", t));
+					return static_cast<float>(m);
+				},
+				[](const float& m) { return fmt::format("{}", m); },
+				[](const float& m) { return m == 0.5f ? 0.9f : 0.5f; }), local_sgd, true),
+		with(custom_field<StrategyOptions, OuterCompression>("outer_compress", "local-sgd: the outer all-reduce in "
+				"none (f32), bf16 or int8 (blocks of 256 values with a scale each)", own(&L::compress),
+				parse_outer_compress, outer_compress_text,
+				[](const OuterCompression& c) {
+					return c == OuterCompression::none ? OuterCompression::int8 : OuterCompression::none;
+				}), local_sgd, true),
+	};
+}
+
 // "STEP[:RANK]", STEP counted from 1 as the logs count it; RANK 0 unless given.
 void set_nonfinite(StrategyOptions& s, const std::string& t)
 {
@@ -277,7 +329,7 @@ void set_delay(StrategyOptions& s, const std::string& t)
 std::vector<Row> hook_rows()
 {
 	Row nonfinite = text_row(
-		"inject_nonfinite", "STEP[:RANK]: put a NaN into RANK's gradient at STEP (tests, demos)",
+		"inject_nonfinite", "STEP[:RANK]: put a NaN into RANK's gradient at STEP (under async and sync-replicas: RANK's STEP-th gradient) (tests, demos)",
 		[](const StrategyOptions& s) {
 			const FaultInjection& f = faults_of(s);
 			return f.nonfinite_step < 0 ? std::string("none") : fmt::format("{}:{}", f.nonfinite_step + 1, f.nonfinite_rank);
@@ -337,9 +389,9 @@ const std::vector<Row>& strategy_fields()
 {
 	static const std::vector<Row> table = [] {
 		std::vector<Row> t = {with(choice_field<StrategyOptions>("strategy",
-			"How the ranks train together: replicated, parameter-server, async or sync-replicas",
+			"How the ranks train together: replicated, parameter-server, async, sync-replicas or local-sgd",
 			[](StrategyOptions& s) -> std::string& { return s.name; }, strategy_names()), {}, true)};
-		for (auto* part : {&gradient_rows, &replicated_rows, &detached_rows, &hook_rows})
+		for (auto* part : {&gradient_rows, &replicated_rows, &detached_rows, &local_sgd_rows, &hook_rows})
 			for (Row& r : (*part)())
 				t.push_back(std::move(r));
 		return t;

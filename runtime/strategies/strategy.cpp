@@ -6,6 +6,7 @@
 
 #include "base/error.h"
 #include "runtime/strategies/detached/detached_strategy.h"
+#include "runtime/strategies/local_sgd/local_sgd_strategy.h"
 #include "runtime/strategies/parameter_server/parameter_server.h"
 #include "runtime/strategies/replicated/replicated_strategy.h"
 #include "runtime/strategies/variable_averages.h"
@@ -14,7 +15,7 @@ namespace tower {
 
 std::vector<std::string> strategy_names()
 {
-	return {"replicated", "parameter-server", "async", "sync-replicas"};
+	return {"replicated", "parameter-server", "async", "sync-replicas", "local-sgd"};
 }
 
 namespace {
@@ -55,6 +56,8 @@ std::unique_ptr<Strategy> make_strategy(const Topology& topology, const Device& 
 		return make_async_strategy(topology, device, parameters, optimizer, options);
 	if (options.name == "sync-replicas")
 		return make_sync_replicas_strategy(topology, device, parameters, optimizer, options);
+	if (options.name == "local-sgd")
+		return make_local_sgd_strategy(topology, device, parameters, optimizer, options);
 	throw AgreedError(fmt::format("`strategy` {}: unknown; the strategies are {}", options.name,
 				      fmt::join(strategy_names(), ", ")));
 }

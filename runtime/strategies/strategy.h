@@ -51,7 +51,7 @@ struct StrategyDescription : StrategyFacts {
 class DetachedRun;
 
 // How the gradients a program computes become updates of its parameters: one implementation per
-// way of training (replicated/, parameter_server/, async/ and sync_replicas/ over detached/). A strategy sees only parameters
+// way of training (replicated/, parameter_server/, async/ and sync_replicas/ over detached/, local_sgd/). A strategy sees only parameters
 // and their gradients; forward, backward and the loss are the program's (DistributedOptimizer
 // is the front most programs use).
 class Strategy {
@@ -81,6 +81,11 @@ public:
 	// micro-batch count, checks them for inf and NaN and applies the update, or skips it on every
 	// rank. Collective for the lock-step strategies; a server rank calls it with no backward.
 	virtual StepStats step(const StepRequest& request) = 0;
+
+	// Collective. Where the replicas train apart between syncs (local-sgd), takes the sync now so
+	// that every rank holds the one synced model (before an evaluation, at the end of a run); the
+	// other strategies hold it already and do nothing.
+	virtual void settle_replicas() {}
 
 	// Collective: whether moving averages are kept, and swapping them into the parameters (true)
 	// or the trained weights back (false), for evaluating the averaged model.

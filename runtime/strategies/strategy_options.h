@@ -39,6 +39,19 @@ struct ReplicatedOptions {
 	bool shard_update = true;
 };
 
+// How local-sgd's outer all-reduce sends the workers' pseudo-gradients.
+enum class OuterCompression { none, bf16, int8 };
+
+// The local-sgd strategy's own options (runtime/strategies/local_sgd/local_sgd_strategy.h). The
+// defaults are DiLoCo's outer optimizer; H fits tower's runs (docs/slow-links.md says why).
+struct LocalSgdOptions {
+	int64_t sync_every = 50;                   // H: inner steps of each worker between syncs
+	std::string outer_optimizer = "nesterov";  // sgd (rate 1: plain averaging) or nesterov
+	float outer_lr = 0.7f;
+	float outer_momentum = 0.9f;               // nesterov only
+	OuterCompression compress = OuterCompression::none;
+};
+
 // What one training step did on this rank, for the trainer's logs and metrics. A strategy fills
 // in the communication and the verdict; whoever ran forward and backward adds its own parts.
 struct StepStats {
@@ -54,9 +67,10 @@ struct StepStats {
 };
 
 struct StrategyOptions {
-	std::string name = "replicated"; // replicated | parameter-server | async | sync-replicas
+	std::string name = "replicated"; // replicated | parameter-server | async | sync-replicas | local-sgd
 	GradientOptions gradients;       // every strategy
-	ReplicatedOptions replicated;    // replicated only
+	ReplicatedOptions replicated;    // replicated (local-sgd takes its all-reduce's mode and settings)
+	LocalSgdOptions local_sgd;       // local-sgd only
 	// parameter-server: 0 places the variables on every rank, which also trains; K > 0 makes
 	// ranks 0..K-1 servers that only hold variables and apply updates.
 	int ps_ranks = 0;

@@ -1,4 +1,4 @@
-// The lock-step loop (replicated, parameter-server): every rank takes each update together, epoch
+// The lock-step loop (replicated, parameter-server, local-sgd): every rank takes each update together, epoch
 // after epoch, with logging windows, replica checks and checkpoints between updates.
 #include "runtime/strategies/fault_injection.h"
 #include "runtime/training/run.h"
@@ -31,6 +31,7 @@ nlohmann::json Trainer::Run::run_lockstep()
 		if (test_.size() > 0 && c_.eval_every > 0 && (last || (epoch_ + 1) % c_.eval_every == 0))
 			evaluate(epoch_);
 	}
+	tower_->optimizer().settle_replicas(); // local-sgd ends on its synced model
 	if (checkpointer_.saving() && saved_step_ != step_)
 		save_checkpoint();
 	checkpointer_.wait();

@@ -114,7 +114,7 @@ nlohmann::json Trainer::Run::summary(uint64_t hash, double samples_per_s)
 	if (c_.tokens_per_sample > 0)
 		s["tokens_per_s"] = samples_per_s * static_cast<double>(c_.tokens_per_sample);
 	s.update(strategy_metrics());
-	s.update(facts_.details);
+	s.update(tower_->optimizer().strategy().describe().details); // counters as they stand now
 	if (!detached_totals_.is_null()) {
 		s.update(detached_totals_);
 		s["updates_per_s"] = static_cast<double>(step_) / std::max(train_s_, 1e-9);

@@ -164,6 +164,7 @@ void Trainer::Run::evaluate(int epoch)
 	const auto start = Clock::now();
 	timeline::Span span("evaluate", "eval");
 	span.arg("epoch", epoch + 1);
+	tower_->optimizer().settle_replicas(); // local-sgd evaluates its synced model
 	last_eval_.raw = evaluate_test_set(*tower_, test_, c_.batch, device_, topology_.world());
 	last_eval_.done = true;
 	std::string averaged_text;

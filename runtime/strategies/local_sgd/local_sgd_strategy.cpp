@@ -1,0 +1,339 @@
+// The local-sgd strategy (local SGD and DiLoCo): every worker takes H steps of its own optimizer
+// on its own data, then the workers average how far they moved and an outer optimizer applies it.
+#include "runtime/strategies/local_sgd/local_sgd_strategy.h"
+
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "base/clock.h"
+#include "base/error.h"
+#include "collectives/broadcast_named.h"
+#include "models/kernels/ops.h"
+#include "runtime/observe/timeline.h"
+#include "runtime/safety/replica_check.h"
+#include "runtime/strategies/fault_injection.h"
+
+namespace tower {
+
+namespace {
+
+const char* compression_name(OuterCompression c)
+{
+	switch (c) {
+	case OuterCompression::none: return "f32";
+	case OuterCompression::bf16: return "bf16";
+	case OuterCompression::int8: return "int8 blocks";
+	}
+	return "f32";
+}
+
+void check_options(const StrategyOptions& o, const Device& device)
+{
+	const auto refuse = [&](bool given, const std::string& what, const char* instead) {
+		if (given)
+			throw AgreedError(fmt::format("{}: not available with `strategy` local-sgd; {}", what, instead));
+	};
+	refuse(o.gradients.compress != DType::f32, "`compress`",
+	       "its workers send no gradients: compress the outer all-reduce with `outer_compress` bf16 or int8");
+	refuse(o.gradients.loss_scale.mode != LossScaleMode::none, "`loss_scale`",
+	       "each worker steps on its own gradients: train in fp32 or bf16 precision");
+	refuse(o.gradients.reduce != ReduceOp::mean, "`reduce` sum", "the pseudo-gradients are averaged: drop it");
+	refuse(!o.replicated.groups.empty(), "`groups`", "every worker syncs with every other: drop it");
+	refuse(o.ps_ranks != 0, fmt::format("`ps_ranks` {}", o.ps_ranks), "every rank is a worker: drop it");
+	refuse(o.ema_decay.has_value(), "`ema_decay`", "the synced values are the model it evaluates: drop it");
+	refuse(device.is_cuda(), "`device` cuda", "it keeps its synced values in host memory: run it with `device` cpu");
+	const LocalSgdOptions& l = o.local_sgd;
+	if (l.sync_every < 1)
+		throw AgreedError(fmt::format("`sync_every` {}: give H >= 1 inner steps between syncs", l.sync_every));
+	if (l.outer_optimizer != "sgd" && l.outer_optimizer != "nesterov")
+		throw AgreedError(fmt::format("`outer_optimizer` {}: write sgd (with `outer_lr` 1: plain averaging) or "
+					      "nesterov (DiLoCo's)", l.outer_optimizer));
+	if (!(l.outer_lr > 0) || !std::isfinite(l.outer_lr))
+		throw AgreedError(fmt::format("`outer_lr` {}: give a rate > 0 (DiLoCo's is 0.7; 1 with sgd averages)", l.outer_lr));
+	if (!(l.outer_momentum >= 0 && l.outer_momentum < 1))
+		throw AgreedError(fmt::format("`outer_momentum` {}: give a value in [0, 1)", l.outer_momentum));
+}
+
+OptimizerConfig outer_config(const LocalSgdOptions& l)
+{
+	OptimizerConfig c;
+	if (l.outer_optimizer == "sgd") {
+		c.name = "sgd";
+	} else {
+		c.name = "momentum";
+		c.momentum = l.outer_momentum;
+		c.nesterov = true;
+	}
+	return c;
+}
+
+std::string worker_prefix(int worker)
+{
+	return fmt::format("local_sgd/worker{}/", worker);
+}
+
+} // namespace
+
+LocalSgdStrategy::LocalSgdStrategy(const Topology& topology, const Device& device, const ParameterSet& parameters,
+				   const OptimizerConfig& optimizer, const StrategyOptions& options)
+	: topology_(topology), rank_(topology.rank()), size_(topology.size()), options_(options.local_sgd),
+	  parameters_(parameters.parameters)
+{
+	check_options(options, device);
+	faults_ = faults_of(options);
+	// Every worker starts from rank 0's values, and so does the anchor.
+	std::vector<NamedTensor> values;
+	for (Parameter* p : parameters_) {
+		values.push_back({p->name, p->value});
+		count_ += p->value.numel();
+		p->working = Tensor{}; // this strategy writes the values in ways no 16-bit copy follows
+	}
+	broadcast_named(topology_, values, 0);
+	inner_ = make_optimizer(optimizer, parameters_);
+
+	if (options_.compress == OuterCompression::int8) {
+		int8_ = std::make_unique<Int8Mean>(topology_.world());
+	} else {
+		all_reduce_ = make_all_reduce(topology_, device, options.replicated.mode, {}, options.replicated.all_reduce);
+		if (options_.compress == OuterCompression::bf16)
+			low_ = Tensor::view(all_reduce_->allocate(static_cast<size_t>(count_) * 2), {count_}, DType::bf16, Device{});
+	}
+	// The pseudo-gradient travels from where the all-reduce reads fastest (a node's shared window).
+	pseudo_gradient_ = all_reduce_ && options_.compress == OuterCompression::none
+		? Tensor::view(all_reduce_->allocate(static_cast<size_t>(count_) * sizeof(float)), {count_}, DType::f32, Device{})
+		: Tensor::zeros({count_}, DType::f32, Device{});
+	pseudo_gradient_.zero();
+	anchor_values_ = Tensor::zeros({count_}, DType::f32, Device{});
+	int64_t at = 0;
+	for (Parameter* p : parameters_) {
+		const int64_t n = p->value.numel();
+		Parameter a{p->name, Tensor::view(anchor_values_.data_as<float>() + at, p->value.shape(), DType::f32, Device{}),
+			    Tensor::view(pseudo_gradient_.data_as<float>() + at, p->value.shape(), DType::f32, Device{}), Tensor{}};
+		a.value.copy_from(p->value);
+		anchor_.push_back(a);
+		at += n;
+	}
+	std::vector<Parameter*> anchor;
+	for (Parameter& a : anchor_)
+		anchor.push_back(&a);
+	outer_ = make_optimizer(outer_config(options_), anchor);
+	*saved_workers_.data_as<int64_t>() = -1;
+}
+
+LocalSgdStrategy::~LocalSgdStrategy() = default;
+
+StepStats LocalSgdStrategy::step(const StepRequest& request)
+{
+	StepStats stats;
+	stats.micro_batches = request.micro_batches;
+	*saved_workers_.data_as<int64_t>() = size_;
+	std::vector<Tensor> grads;
+	for (Parameter* p : parameters_)
+		grads.push_back(p->grad);
+	const float factor = 1.0f / (static_cast<float>(request.micro_batches) * request.loss_scale);
+	if (factor != 1.0f)
+		for (const Tensor& g : grads)
+			scale(g, factor);
+	if (steps() == faults_.nonfinite_step && rank_ == faults_.nonfinite_rank && !grads.empty())
+		grads[0].data_as<float>()[0] = std::numeric_limits<float>::quiet_NaN();
+	stats.grad_norm = std::sqrt(sum_of_squares_all(grads));
+	{
+		// A bad batch costs this worker its step only: its inner state stays as it was.
+		timeline::Span span("inner step", "update");
+		if (std::isfinite(stats.grad_norm))
+			inner_->step(parameters_, request.lr);
+		else
+			stats.skipped = true, ++skipped_inner_;
+	}
+	++*step_counter_.data_as<int64_t>();
+	if (++*since_sync_.data_as<int64_t>() >= options_.sync_every)
+		sync(&stats);
+	return stats;
+}
+
+void LocalSgdStrategy::settle_replicas()
+{
+	if (*since_sync_.data_as<int64_t>() > 0) {
+		StepStats ignored;
+		sync(&ignored);
+	}
+}
+
+void LocalSgdStrategy::sync(StepStats* stats)
+{
+	timeline::Span span("outer sync", "comm");
+	span.arg("step", steps());
+	const auto begin = SteadyClock::now();
+	int64_t at = 0;
+	float* delta = pseudo_gradient_.data_as<float>();
+	const float* anchor = anchor_values_.data_as<float>();
+	for (Parameter* p : parameters_) {
+		const float* v = p->value.data_as<float>();
+		for (int64_t i = 0; i < p->value.numel(); ++i)
+			delta[at + i] = anchor[at + i] - v[i];
+		at += p->value.numel();
+	}
+	average_pseudo_gradient();
+	// The mean is the same bits on every rank, so every rank takes or skips the outer step alike.
+	if (all_finite(pseudo_gradient_)) {
+		timeline::Span outer("outer step", "update");
+		std::vector<Parameter*> params;
+		for (Parameter& a : anchor_)
+			params.push_back(&a);
+		outer_->step(params, options_.outer_lr);
+	} else {
+		++skipped_syncs_;
+		stats->skipped = true;
+	}
+	restart_from_anchor();
+	*since_sync_.data_as<int64_t>() = 0;
+	++syncs_;
+	stats->allreduce_s = seconds_since(begin);
+	stats->allreduce_bytes = static_cast<size_t>(payload_bytes());
+}
+
+void LocalSgdStrategy::average_pseudo_gradient()
+{
+	switch (options_.compress) {
+	case OuterCompression::none:
+		all_reduce_->run_in_place(pseudo_gradient_.data(), static_cast<size_t>(count_), DType::f32, ReduceOp::mean);
+		break;
+	case OuterCompression::bf16:
+		cpu_ops().cast(pseudo_gradient_, low_, false);
+		all_reduce_->run_in_place(low_.data(), static_cast<size_t>(count_), DType::bf16, ReduceOp::sum);
+		cpu_ops().cast(low_, pseudo_gradient_, false);
+		scale(pseudo_gradient_, 1.0f / static_cast<float>(size_));
+		break;
+	case OuterCompression::int8:
+		int8_->run(pseudo_gradient_.data_as<float>(), count_);
+		break;
+	}
+}
+
+void LocalSgdStrategy::restart_from_anchor()
+{
+	for (size_t i = 0; i < parameters_.size(); ++i)
+		parameters_[i]->value.copy_from(anchor_[i].value);
+}
+
+int64_t LocalSgdStrategy::payload_bytes() const
+{
+	switch (options_.compress) {
+	case OuterCompression::none: return count_ * 4;
+	case OuterCompression::bf16: return count_ * 2;
+	case OuterCompression::int8: return int8_bytes_of(count_);
+	}
+	return count_ * 4;
+}
+
+void LocalSgdStrategy::use_averages(bool averaged)
+{
+	throw Error(fmt::format("use_averages({}) under `strategy` local-sgd: it keeps no moving averages", averaged));
+}
+
+void LocalSgdStrategy::reset_optimizer_state()
+{
+	inner_->reset_state();
+	outer_->reset_state();
+}
+
+std::vector<NamedTensor> LocalSgdStrategy::shared_state()
+{
+	std::vector<NamedTensor> out;
+	for (Parameter& a : anchor_)
+		out.push_back({a.name, a.value});
+	for (NamedTensor& s : outer_->state())
+		out.push_back({"local_sgd/outer/" + s.name, s.tensor, true});
+	out.push_back({std::string(step_counter_name), step_counter_});
+	out.push_back({"local_sgd/since_sync", since_sync_, true});
+	out.push_back({"local_sgd/workers", saved_workers_, true});
+	return out;
+}
+
+std::vector<NamedTensor> LocalSgdStrategy::own_state()
+{
+	const std::string prefix = worker_prefix(rank_);
+	std::vector<NamedTensor> out;
+	for (Parameter* p : parameters_)
+		out.push_back({prefix + p->name, p->value, true});
+	for (NamedTensor& s : inner_->state())
+		out.push_back({prefix + s.name, s.tensor, true});
+	return out;
+}
+
+std::vector<NamedTensor> LocalSgdStrategy::variables()
+{
+	std::vector<NamedTensor> out = rank_ == 0 ? shared_state() : std::vector<NamedTensor>{};
+	for (NamedTensor& v : own_state())
+		out.push_back(v);
+	return out;
+}
+
+void LocalSgdStrategy::variables_restored()
+{
+	std::vector<NamedTensor> shared = shared_state();
+	broadcast_named(topology_, shared, 0);
+	const int64_t saved = *saved_workers_.data_as<int64_t>();
+	if (saved == size_)
+		return; // every worker read its own parameters and inner state
+	// Another size (or another strategy's checkpoint): no worker's own drift can be matched to
+	// this run's workers, so every worker restarts from the synced values with fresh inner state.
+	restart_from_anchor();
+	inner_->reset_state();
+	*since_sync_.data_as<int64_t>() = 0;
+	*saved_workers_.data_as<int64_t>() = size_;
+	if (rank_ == 0)
+		fmt::print("local-sgd: the checkpoint holds {}; every worker restarts from its synced values with fresh "
+			   "inner optimizer state\n",
+			   saved < 0 ? std::string("no worker's own state") : fmt::format("the state of {} workers", saved));
+}
+
+uint64_t LocalSgdStrategy::check_replicas() const
+{
+	std::vector<NamedTensor> anchor;
+	for (const Parameter& a : anchor_)
+		anchor.push_back({a.name, a.value});
+	return check_replicas_of(topology_.world(), anchor);
+}
+
+StrategyDescription LocalSgdStrategy::describe() const
+{
+	StrategyDescription f;
+	f.name = "local-sgd";
+	const std::string mode = all_reduce_ ? std::string(all_reduce_mode_name(all_reduce_->mode())) + " all-reduce"
+					     : std::string("all-gather");
+	f.transport = fmt::format("{} of the pseudo-gradient in {} every {} steps", mode,
+				  compression_name(options_.compress), options_.sync_every);
+	f.bucket_word = "sync buffer";
+	f.buckets = 1;
+	f.parameter_bytes = 2 * static_cast<size_t>(count_) * sizeof(float); // the worker's and the anchor
+	for (auto* o : {inner_.get(), outer_.get()})
+		for (NamedTensor& s : o->state())
+			if (s.tensor.dtype() == DType::f32)
+				f.optimizer_state_bytes += s.tensor.bytes();
+	const auto h = static_cast<size_t>(options_.sync_every);
+	f.gradient_bytes_per_step = static_cast<size_t>(count_) * sizeof(float) / h;
+	f.moved_bytes_per_step = static_cast<size_t>(payload_bytes()) / h;
+	f.details = {{"sync_every", options_.sync_every},
+		     {"outer_optimizer", options_.outer_optimizer},
+		     {"outer_lr", options_.outer_lr},
+		     {"outer_momentum", options_.outer_optimizer == "nesterov" ? options_.outer_momentum : 0.0f},
+		     {"outer_compress", compression_name(options_.compress)},
+		     {"sync_bytes", payload_bytes()},
+		     {"syncs", syncs_},
+		     {"skipped_syncs", skipped_syncs_},
+		     {"skipped_inner_steps", skipped_inner_}};
+	return f;
+}
+
+std::unique_ptr<Strategy> make_local_sgd_strategy(const Topology& topology, const Device& device,
+						  const ParameterSet& parameters, const OptimizerConfig& optimizer,
+						  const StrategyOptions& options)
+{
+	return std::make_unique<LocalSgdStrategy>(topology, device, parameters, optimizer, options);
+}
+
+} // namespace tower

@@ -1,0 +1,86 @@
+// The local-sgd strategy (local SGD and DiLoCo): every worker takes H steps of its own optimizer
+// on its own data, then the workers average how far they moved and an outer optimizer applies it.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "collectives/all_reduce.h"
+#include "collectives/quantized/int8_mean.h"
+#include "runtime/strategies/fault_injection.h"
+#include "runtime/strategies/strategy.h"
+
+namespace tower {
+
+// Each worker keeps its parameters and its inner optimizer's state to itself; every worker also
+// holds the synced values (the anchor, the one global model) and the outer optimizer's state,
+// equal on every rank. A step applies the inner optimizer to this worker's gradient alone (no
+// communication), or skips it on this worker when the gradient holds an inf or NaN. Every H-th
+// step is a sync: the pseudo-gradient anchor - parameters is averaged over the workers (f32, bf16
+// or int8 blocks), the outer optimizer steps the anchor with it (skipped on every rank when the
+// average is not finite), and the parameters restart from the anchor. With H = 1, outer SGD at
+// rate 1 and an inner rule linear in the gradient this is the replicated strategy (mean).
+class LocalSgdStrategy final : public Strategy {
+public:
+	LocalSgdStrategy(const Topology& topology, const Device& device, const ParameterSet& parameters,
+			 const OptimizerConfig& optimizer, const StrategyOptions& options);
+	~LocalSgdStrategy() override;
+
+	int worker_index() const override { return rank_; }
+	int workers() const override { return size_; }
+	GradReadyFn begin_final_backward() override { return {}; }
+	// Not collective, except every H-th step, the sync (and the first step, which records the
+	// workers for checkpoints).
+	StepStats step(const StepRequest& request) override;
+	void settle_replicas() override;
+	bool has_averages() const override { return false; }
+	void use_averages(bool averaged) override;
+	void reset_optimizer_state() override;
+	// Rank 0: the anchor under the parameters' names, the outer state, the step counter and the
+	// steps since the last sync; every worker: its own parameters and inner state, named
+	// "local_sgd/worker<i>/...", which a checkpoint of another size lacks (they may be absent).
+	std::vector<NamedTensor> variables() override;
+	bool saves_variables() const override { return true; }
+	// Collective: the shared state from rank 0; every worker's own state where the checkpoint had
+	// the same workers, else every worker restarts from the anchor with fresh inner state.
+	void variables_restored() override;
+	// Collective: the anchor, equal on every rank (the parameters too, right after a sync).
+	uint64_t check_replicas() const override;
+	int64_t steps() const override { return *step_counter_.data_as<int64_t>(); }
+	StrategyDescription describe() const override;
+
+private:
+	void sync(StepStats* stats);
+	void average_pseudo_gradient();
+	void restart_from_anchor();
+	int64_t payload_bytes() const;
+	std::vector<NamedTensor> shared_state();
+	std::vector<NamedTensor> own_state();
+
+	const Topology& topology_;
+	int rank_, size_;
+	LocalSgdOptions options_;
+	std::vector<Parameter*> parameters_;
+	std::unique_ptr<Optimizer> inner_;
+	int64_t count_ = 0;       // elements of all parameters
+	Tensor anchor_values_;    // f32 [count_]: the synced values, parameter after parameter
+	Tensor pseudo_gradient_;  // f32 [count_]: anchor - parameters, then its mean over the workers
+	Tensor low_;              // bf16 [count_] for a bf16 outer all-reduce
+	std::vector<Parameter> anchor_; // views into anchor_values_, their gradients into pseudo_gradient_
+	std::unique_ptr<Optimizer> outer_;
+	std::unique_ptr<AllReduce> all_reduce_;
+	std::unique_ptr<Int8Mean> int8_;
+	Tensor step_counter_ = Tensor::zeros({1}, DType::i64, Device{});  // steps taken (skipped included)
+	Tensor since_sync_ = Tensor::zeros({1}, DType::i64, Device{});    // inner steps since the last sync
+	Tensor saved_workers_ = Tensor::zeros({1}, DType::i64, Device{}); // -1 until the first step
+	int64_t syncs_ = 0, skipped_syncs_ = 0, skipped_inner_ = 0;
+	FaultInjection faults_;
+};
+
+// Collective: the factory (checks the options first).
+std::unique_ptr<Strategy> make_local_sgd_strategy(const Topology& topology, const Device& device,
+						  const ParameterSet& parameters, const OptimizerConfig& optimizer,
+						  const StrategyOptions& options);
+
+} // namespace tower

@@ -1,0 +1,185 @@
+// The local-sgd strategy: H = 1 with outer SGD at rate 1 is the replicated strategy, H > 1 at one
+// worker is plain training, the workers agree at every sync, a non-finite inner step or
+// pseudo-gradient is skipped where the rules say, and its option errors.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+
+#include "base/error.h"
+#include "base/mpi/mpi_check.h"
+#include "data/batch_assembler.h"
+#include "data/sampler.h"
+#include "models/model_factory.h"
+#include "runtime/safety/replica_check.h"
+#include "runtime/strategies/fault_injection.h"
+#include "runtime/tower.h"
+#include "test/harness/mpi_main.h"
+#include "test/runtime/training_fixture.h"
+
+using namespace tower;
+using tower::test::world;
+
+namespace {
+
+constexpr int64_t batch = 8;
+constexpr float lr = 0.05f;
+
+const Dataset& data()
+{
+	static const Dataset d = tower::test::synthetic_dataset(1200);
+	return d;
+}
+
+StrategyOptions local_sgd(int64_t h, const char* outer = "sgd", float outer_lr = 1.0f)
+{
+	StrategyOptions o;
+	o.name = "local-sgd";
+	o.local_sgd.sync_every = h;
+	o.local_sgd.outer_optimizer = outer;
+	o.local_sgd.outer_lr = outer_lr;
+	return o;
+}
+
+struct Run {
+	std::vector<std::vector<float>> parameters;
+	std::vector<StepStats> stats;
+	nlohmann::json details;
+};
+
+// `steps` steps of the default MLP over `comm`, each rank on its shard of the same batches. After
+// each step `after` sees the tower and the step's number (from 1).
+Run train(MPI_Comm comm, const StrategyOptions& options, const OptimizerConfig& optimizer, int steps,
+	  const std::function<void(Tower&, int)>& after = {})
+{
+	const Device cpu;
+	const Topology topology(comm, std::nullopt);
+	auto model = make_model({"mlp", 32, 1, 7}, cpu);
+	Tower tower(topology, cpu, *model, optimizer, options);
+	DistributedSampler sampler(data().count, batch, topology.rank(), topology.size(), 99);
+	BatchAssembler assembler(data(), batch, cpu);
+	Run run;
+	for (int s = 0; s < steps; ++s) {
+		const ImageBatch& b = assembler.assemble(sampler.shard(s / sampler.steps_per_epoch(), s % sampler.steps_per_epoch()));
+		run.stats.push_back(tower.step(b.images, b.labels, lr));
+		if (after)
+			after(tower, s + 1);
+	}
+	run.parameters = tower::test::parameter_values(*model);
+	run.details = tower.optimizer().strategy().describe().details;
+	return run;
+}
+
+OptimizerConfig inner(const char* name)
+{
+	OptimizerConfig o;
+	o.name = name;
+	return o;
+}
+
+// Every rank alone: a world of one.
+struct OwnWorld {
+	MPI_Comm comm = MPI_COMM_NULL;
+	OwnWorld() { TOWER_MPI(MPI_Comm_split(world().comm(), world().rank(), 0, &comm)); }
+	~OwnWorld() { MPI_Comm_free(&comm); }
+};
+
+} // namespace
+
+TEST_CASE("local-sgd with H = 1 and outer SGD at rate 1 is the replicated strategy (mean)")
+{
+	// The inner rule is linear in the gradient and every worker restarts from the anchor each
+	// step, so the mean of the workers' moves is the move of the mean gradient.
+	for (const char* name : {"sgd", "momentum"}) {
+		CAPTURE(name);
+		StrategyOptions replicated;
+		const Run reference = train(world().comm(), replicated, inner(name), 20);
+		const Run local = train(world().comm(), local_sgd(1), inner(name), 20);
+		CHECK(tower::test::max_relative_difference(local.parameters, reference.parameters) <= 1e-6);
+		CHECK(local.details["syncs"].get<int64_t>() == 20);
+	}
+}
+
+TEST_CASE("local-sgd with H > 1 at one worker and outer SGD at rate 1 is plain training")
+{
+	const OwnWorld alone;
+	for (const char* name : {"momentum", "adam"}) {
+		CAPTURE(name);
+		const Run plain = train(alone.comm, StrategyOptions{}, inner(name), 20);
+		const Run local = train(alone.comm, local_sgd(6), inner(name), 20);
+		CHECK(tower::test::max_relative_difference(local.parameters, plain.parameters) <= 1e-6);
+		CHECK(local.details["syncs"].get<int64_t>() == 3);
+	}
+}
+
+TEST_CASE("local-sgd's workers hold the same model right after every sync, and differ between")
+{
+	int checked = 0;
+	const auto after = [&](Tower& tower, int step) {
+		std::vector<NamedTensor> mine;
+		for (Parameter* p : tower.model().parameters())
+			mine.push_back({p->name, p->value});
+		// The anchor always agrees; the workers' own parameters right after each sync.
+		tower.check_replicas();
+		if (step % 4 == 0) {
+			check_replicas_of(world().comm(), mine);
+			++checked;
+		} else if (world().size() > 1) {
+			const std::vector<uint64_t> hash = tensor_hashes(mine);
+			uint64_t first = hash[0], lowest = first;
+			TOWER_MPI(MPI_Allreduce(&first, &lowest, 1, MPI_UINT64_T, MPI_MIN, world().comm()));
+			uint64_t highest = first;
+			TOWER_MPI(MPI_Allreduce(&first, &highest, 1, MPI_UINT64_T, MPI_MAX, world().comm()));
+			CHECK(lowest != highest); // the workers drifted apart on their own batches
+		}
+	};
+	const Run run = train(world().comm(), local_sgd(4, "nesterov", 0.7f), inner("adamw"), 12, after);
+	CHECK(checked == 3);
+	CHECK(run.details["syncs"].get<int64_t>() == 3);
+	CHECK(run.details["outer_optimizer"] == "nesterov");
+}
+
+TEST_CASE("a non-finite inner gradient skips that worker's step alone; a non-finite pseudo-gradient skips the sync "
+	  "on every rank")
+{
+	const int last = world().size() - 1;
+	StrategyOptions o = local_sgd(4, "nesterov", 0.7f);
+	edit_faults(o, [&](FaultInjection& f) { f.nonfinite_step = 1, f.nonfinite_rank = last; });
+	const Run run = train(world().comm(), o, inner("momentum"), 8, [&](Tower& tower, int step) {
+		// Before the second sync one worker's parameters turn NaN: its pseudo-gradient, and so
+		// the mean every rank computes, is not finite.
+		if (step == 7 && world().rank() == last)
+			tower.model().parameters()[0]->value.data_as<float>()[0] = std::numeric_limits<float>::quiet_NaN();
+	});
+	CHECK(run.stats[1].skipped == (world().rank() == last));
+	// The injected step, and step 8, whose gradient the NaN parameters made NaN as well.
+	CHECK(run.details["skipped_inner_steps"].get<int64_t>() == (world().rank() == last ? 2 : 0));
+	CHECK(!run.stats[3].skipped);
+	CHECK(run.stats[7].skipped); // on every rank
+	CHECK(run.details["skipped_syncs"].get<int64_t>() == 1);
+	for (const auto& tensor : run.parameters)
+		for (const float v : tensor)
+			REQUIRE(std::isfinite(v));
+}
+
+TEST_CASE("local-sgd's option errors are errors on every rank")
+{
+	const auto refused = [](StrategyOptions o, const char* text) {
+		CAPTURE(text);
+		CHECK_THROWS_WITH_AS(train(world().comm(), o, inner("sgd"), 1), doctest::Contains(text), AgreedError);
+	};
+	StrategyOptions o = local_sgd(0);
+	refused(o, "`sync_every` 0");
+	o = local_sgd(2, "adam");
+	refused(o, "`outer_optimizer` adam");
+	o = local_sgd(2);
+	o.gradients.compress = DType::bf16;
+	refused(o, "`outer_compress`");
+	o = local_sgd(2);
+	o.ema_decay = 0.9;
+	refused(o, "`ema_decay`");
+	o = local_sgd(2);
+	o.gradients.loss_scale.mode = LossScaleMode::dynamic;
+	refused(o, "`loss_scale`");
+}
