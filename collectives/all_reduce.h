@@ -58,8 +58,10 @@ private:
 // number of the group's ranks on every node, and on the CPU nodes whose ranks share memory.)
 std::string why_all_reduce_cannot_run(const Topology& topology, const Device& device, AllReduceMode mode,
 				      const GroupAssignment& groups);
-// Collective: what "auto" means here: NCCL's ring on GPUs; on the CPU the hierarchical mode, whose
-// steps inside a node read the peers' buffers through shared memory, where it can run, else ring.
+// Collective: what "auto" means here: NCCL's ring on GPUs; on the CPU the ring where every node
+// holds one rank (across hosts the ring is the fastest there, docs/launch-and-observe.md), else
+// the hierarchical mode, whose steps inside a node read the peers' buffers through shared memory,
+// where it can run, else ring.
 AllReduceMode automatic_all_reduce_mode(const Topology& topology, const Device& device,
 					const GroupAssignment& groups);
 

@@ -256,6 +256,7 @@ struct Sweep {
 	size_t lo, hi;
 	Communicator& comm;
 	std::optional<MemoryBound> bound;
+	std::optional<LinkRate> link; // across hosts
 	nlohmann::json out = nlohmann::json::array();
 	size_t total_wrong = 0;
 };
@@ -273,6 +274,21 @@ void measure_copy_rate(Sweep& w)
 		fmt::print("{}\n", describe_memory_bound(*w.bound, bound_bytes));
 	w.out.push_back({{"collective", "memcpy"}, {"ranks", w.world.size()}, {"bytes", bound_bytes},
 			 {"copy_gbps", w.bound->copy_gbps}, {"bound_busbw_gbps", w.bound->busbw_gbps}});
+}
+
+// Across hosts, every mode's figures are shown against the link's TCP rate, measured now.
+void measure_link(Sweep& w)
+{
+	const size_t bytes = std::min<size_t>(w.hi, size_t{64} << 20);
+	if (w.o.collective != "allreduce" || w.device.is_cuda())
+		return;
+	w.link = measure_link_rate(w.topology, bytes, std::min(w.o.iters, 5));
+	if (!w.link)
+		return;
+	if (w.world.rank() == 0)
+		fmt::print("{}\n", describe_link_rate(*w.link, bytes));
+	w.out.push_back({{"collective", "tcp_link"}, {"bytes", bytes}, {"one_way_gbps", w.link->one_way_gbps},
+			 {"both_ways_gbps", w.link->both_ways_gbps}, {"problem", w.link->problem}});
 }
 
 // --mode all measures what can run here and says why it leaves a mode out; a mode asked for by
@@ -329,6 +345,10 @@ void sweep_mode(Sweep& w, const std::string& mode)
 			// the copy and the out-of-place run pay): the comparison is the out-of-place run's.
 			fmt::print("# {} at {} bytes out of place: busbw {:.2f} GB/s, {:.0f}% of the copy-rate figure {:.2f}\n",
 				   mode, rows[0].bytes, rows[0].busbw, 100 * rows[0].busbw / w.bound->busbw_gbps, w.bound->busbw_gbps);
+		if (root && w.link && w.link->problem.empty() && bytes * static_cast<size_t>(o.factor) > w.hi)
+			fmt::print("# {} at {} bytes in place: busbw {:.3f} GB/s, {:.0f}% of the link's both-ways rate {:.3f}\n",
+				   mode, rows[1].bytes, rows[1].busbw, 100 * rows[1].busbw / w.link->both_ways_gbps,
+				   w.link->both_ways_gbps);
 		keep_rows(w, mode, rows);
 	}
 	if (root)
@@ -361,8 +381,9 @@ int run_bench(World& world, const BenchOptions& o)
 	if (o.factor < 2 || lo == 0 || lo > hi)
 		throw AgreedError("sizes must satisfy 0 < -b <= -e and the factor -f must be at least 2");
 	auto comm = make_communicator(world.comm(), device);
-	Sweep w{o, world, topology, device, dtype, op, coll, lo, hi, *comm, std::nullopt};
+	Sweep w{o, world, topology, device, dtype, op, coll, lo, hi, *comm, std::nullopt, std::nullopt};
 	measure_copy_rate(w);
+	measure_link(w);
 	// Only all-reduce has algorithms of its own; the others run on the device's communicator.
 	const std::vector<std::string> modes =
 		o.collective == "allreduce" ? modes_of(o.mode) : std::vector<std::string>{device.is_cuda() ? "nccl" : "mpi"};

@@ -7,6 +7,7 @@
 
 #include <mpi.h>
 
+#include "base/mpi/topology.h"
 #include "base/mpi/world.h"
 
 namespace tower::cli {
@@ -45,6 +46,17 @@ struct MemoryBound {
 MemoryBound measure_memory_bound(MPI_Comm comm, size_t bytes, int iters);
 // The rate and its formula, as a '#' line of the bench's table.
 std::string describe_memory_bound(const MemoryBound& bound, size_t bytes);
+
+// The link between the first ranks of node 0 and node 1 as a plain TCP stream of their own
+// (cli/bench/bench_link.cpp): the bound of a cross-host all-reduce's busbw.
+struct LinkRate {
+	double one_way_gbps = 0;
+	double both_ways_gbps = 0; // each way, while both directions stream at once
+	std::string problem;       // why it could not be measured; empty when it was
+};
+// Collective over the topology's world: nullopt on one node (or simulated nodes).
+std::optional<LinkRate> measure_link_rate(const Topology& topology, size_t bytes, int iters);
+std::string describe_link_rate(const LinkRate& rate, size_t bytes);
 
 // "8", "4K", "256M", "1G" -> bytes; throws tower::AgreedError on anything else.
 size_t parse_bytes(const std::string& text);

@@ -24,16 +24,20 @@ void HierarchicalAllReduce::run(const void* send, void* recv, size_t count, DTyp
 	last_direct_ = false;
 	if (count == 0)
 		return;
-	if (shm_.size() > 1) {
-		// Every rank says where its buffers are; after the barrier all ranks read the same
-		// mailboxes, so they all choose the same path.
-		publish(send, recv, count * dtype_size(dtype));
-		shm_.barrier("hierarchical all-reduce (node barrier)");
-		if (const auto peers = registered_peers()) {
-			last_direct_ = true;
-			run_direct(*peers, count, dtype, op);
-			return;
-		}
+	if (shm_.size() == 1) {
+		// One rank on this node (so on every node): nothing to stage, and the ring across nodes
+		// streams the whole buffer at once rather than a chunk-sized round at a time.
+		cross_.run(send, recv, count, dtype, op);
+		return;
+	}
+	// Every rank says where its buffers are; after the barrier all ranks read the same mailboxes,
+	// so they all choose the same path.
+	publish(send, recv, count * dtype_size(dtype));
+	shm_.barrier("hierarchical all-reduce (node barrier)");
+	if (const auto peers = registered_peers()) {
+		last_direct_ = true;
+		run_direct(*peers, count, dtype, op);
+		return;
 	}
 	run_staged(send, recv, count, dtype, op);
 }

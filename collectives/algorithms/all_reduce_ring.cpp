@@ -40,8 +40,9 @@ RingAllReduce::RingAllReduce(MPI_Comm comm, const AllReduceOptions& options)
 	TOWER_MPI(MPI_Comm_size(comm_.get(), &size_));
 	left_ = (rank_ + size_ - 1) % size_;
 	right_ = (rank_ + 1) % size_;
-	// Two chunks of any dtype (a chunk is at least one element), so run() never allocates.
-	staging_.resize(2 * (chunk_bytes_ + 8));
+	// A chunk of any dtype (a chunk is at least one element) per receive in flight, so run()
+	// never allocates.
+	staging_.resize(receives_in_flight * (chunk_bytes_ + 8));
 }
 
 void RingAllReduce::run(const void* send, void* recv, size_t count, DType dtype, ReduceOp op)
@@ -78,7 +79,6 @@ void RingAllReduce::reduce_scatter_step(char* data, size_t count, DType dtype, R
 	const Segment in = segment_of(count, n, static_cast<size_t>((rank_ - step - 1 + 2 * size_) % size_));
 	const size_t chunk = chunk_elements(chunk_bytes_, dtype);
 	const MPI_Datatype type = mpi_datatype(dtype);
-	char* buffers[2] = {staging_.data(), staging_.data() + chunk * esize};
 
 	std::vector<MPI_Request> sends;
 	for (size_t c = 0; c < chunks_in(out.length, chunk); ++c) {
@@ -87,25 +87,42 @@ void RingAllReduce::reduce_scatter_step(char* data, size_t count, DType dtype, R
 		TOWER_MPI(MPI_Isend(data + (out.start + first) * esize, static_cast<int>(m), type, right_, step,
 				    comm_.get(), &sends.back()));
 	}
-	// Receive chunk c+1 while chunk c is reduced: the staging pair alternates.
+	// Several receives stay posted, each into its own staging chunk: a chunk above the transport's
+	// eager limit waits for its receive to be posted, so with one receive at a time the link
+	// idles for a round trip per chunk (across hosts over TCP that was a third of its rate).
 	const size_t in_chunks = chunks_in(in.length, chunk);
-	MPI_Request pending = MPI_REQUEST_NULL;
+	std::vector<MPI_Request> pending(receives_in_flight, MPI_REQUEST_NULL);
+	auto buffer = [&](size_t c) { return staging_.data() + (c % receives_in_flight) * chunk * esize; };
 	auto post = [&](size_t c) {
 		const size_t m = std::min(chunk, in.length - c * chunk);
-		TOWER_MPI(MPI_Irecv(buffers[c % 2], static_cast<int>(m), type, left_, step, comm_.get(), &pending));
+		TOWER_MPI(MPI_Irecv(buffer(c), static_cast<int>(m), type, left_, step, comm_.get(),
+				    &pending[c % receives_in_flight]));
 	};
-	if (in_chunks > 0)
-		post(0);
+	for (size_t c = 0; c < std::min(in_chunks, receives_in_flight); ++c)
+		post(c);
 	for (size_t c = 0; c < in_chunks; ++c) {
-		wait_request(pending, {"ring all-reduce (reduce-scatter)", comm_.get(), left_, "step", step});
-		if (c + 1 < in_chunks)
-			post(c + 1);
+		wait_request(pending[c % receives_in_flight], {"ring all-reduce (reduce-scatter)", comm_.get(), left_, "step", step});
 		const size_t first = c * chunk, m = std::min(chunk, in.length - first);
-		char* target = data + (in.start + first) * esize;
-		const void* inputs[2] = {target, buffers[c % 2]};
-		reduce_host(target, inputs, 2, m, dtype, op);
+		reduce_keeping_progress(data + (in.start + first) * esize, buffer(c), m, dtype, op);
+		if (c + receives_in_flight < in_chunks)
+			post(c + receives_in_flight);
 	}
 	wait_all(sends, {"ring all-reduce (reduce-scatter send)", comm_.get(), right_, "step", step});
+}
+
+void RingAllReduce::reduce_keeping_progress(char* target, const char* received, size_t count, DType dtype,
+					    ReduceOp op)
+{
+	// Open MPI's TCP transport moves data only inside MPI calls: a probe between blocks of the
+	// reduction keeps the other chunks' transfers going while this one is reduced.
+	const size_t esize = dtype_size(dtype), block = std::max<size_t>(progress_block_bytes / esize, 1);
+	for (size_t first = 0; first < count; first += block) {
+		const size_t m = std::min(block, count - first);
+		const void* inputs[2] = {target + first * esize, received + first * esize};
+		reduce_host(target + first * esize, inputs, 2, m, dtype, op);
+		int flag = 0;
+		TOWER_MPI(MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_.get(), &flag, MPI_STATUS_IGNORE));
+	}
 }
 
 void RingAllReduce::all_gather_step(char* data, size_t count, DType dtype, int step)

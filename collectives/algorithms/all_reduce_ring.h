@@ -11,8 +11,9 @@ namespace tower {
 // Each rank owns one of n segments. In reduce-scatter step s it sends segment (r - s) to its
 // right neighbour while receiving segment (r - s - 1) from its left one and reducing it; after
 // n-1 steps it holds the full reduction of segment (r + 1). All-gather passes the finished
-// segments around the ring the same way. Segments travel in chunks, so the next chunk is in
-// flight while the current one is reduced, and large buffers stream through a fixed staging area.
+// segments around the ring the same way. Segments travel in chunks with several receives posted,
+// so the next chunks are in flight while the current one is reduced, and large buffers stream
+// through a fixed staging area.
 class RingAllReduce final : public AllReduce {
 public:
 	// Collective over `comm` (duplicated).
@@ -29,14 +30,20 @@ public:
 	int owned_segment() const { return (rank_ + 1) % size_; }
 
 private:
+	// Receives posted at once in reduce-scatter, and the piece of a reduction between two nudges
+	// of MPI's progress.
+	static constexpr size_t receives_in_flight = 4;
+	static constexpr size_t progress_block_bytes = size_t{256} << 10;
+
 	void reduce_scatter_step(char* data, size_t count, DType dtype, ReduceOp op, int step);
+	void reduce_keeping_progress(char* target, const char* received, size_t count, DType dtype, ReduceOp op);
 	void all_gather_step(char* data, size_t count, DType dtype, int step);
 
 	CommHandle comm_;
 	int rank_ = 0, size_ = 1;
 	int left_ = 0, right_ = 0;
 	size_t chunk_bytes_;
-	std::vector<char> staging_; // two chunks: one being received while the other is reduced
+	std::vector<char> staging_; // a chunk per receive in flight
 };
 
 } // namespace tower

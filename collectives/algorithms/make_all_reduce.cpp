@@ -77,6 +77,9 @@ AllReduceMode automatic_all_reduce_mode(const Topology& topology, const Device& 
 {
 	if (device.is_cuda())
 		return AllReduceMode::ring;
+	// One rank per node leaves the hierarchical mode nothing to share: it is the ring.
+	if (topology.node_count() == topology.size())
+		return AllReduceMode::ring;
 	return why_all_reduce_cannot_run(topology, device, AllReduceMode::hierarchical, groups).empty()
 		       ? AllReduceMode::hierarchical
 		       : AllReduceMode::ring;

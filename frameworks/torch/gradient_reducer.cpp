@@ -80,6 +80,9 @@ std::string check_strategy(const ReducerOptions& options)
 	const std::string& name = options.strategy.name;
 	const bool owners_apply = options.optimizer.name != "none";
 	const bool detached = is_detached(name);
+	if (name == "local-sgd")
+		return "`strategy` local-sgd runs under tower train and the C++ DistributedOptimizer; tower.torch does not "
+		       "offer it yet: use replicated, parameter-server, async or sync-replicas";
 	if (!detached && options.steps != 0)
 		return fmt::format("`steps` {} belongs to async and sync-replicas, whose chief plans the run's tokens; "
 				   "`strategy` {} steps for as long as the program calls step()", options.steps, name);

@@ -53,6 +53,8 @@ try:
         opt = wrap(model(), op=hvd.Adasum)
     elif mistake == "detached-without-steps":
         wrap(model(), strategy="async")
+    elif mistake == "local-sgd":
+        wrap(model(), strategy="local-sgd")
     elif mistake == "share-with-options-of-its-own":
         m = model()
         first = wrap(m)

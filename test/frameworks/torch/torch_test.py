@@ -104,6 +104,7 @@ mistakes = {
     "different-optimizer": "param_groups[0].lr is 0.1 on rank 0 and 0.2 on rank 1",
     "horovod-name-outside": "tower.torch does not provide 'Adasum'",
     "detached-without-steps": "strategy= async needs the run's length, steps=",
+    "local-sgd": "tower.torch does not offer it yet",
     "share-with-options-of-its-own": "share= reduces through the shared optimizer's buckets, with its options: drop op=",
     "checkpoint-amsgrad": "param_groups[0] amsgrad=True: the owners' rule matches torch's only with amsgrad=False",
     "owner-optimizer-class": "RMSprop: under an owner strategy the owners apply the update with torch's SGD, Adam",

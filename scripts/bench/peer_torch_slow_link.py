@@ -1,0 +1,134 @@
+#!/usr/bin/python3
+"""peer_torch_slow_link: PyTorch's answers to a slow link, on tower's GPT (scripts/bench/slow_link).
+
+The GPT of scripts/bench/peer_torch_gpt.py (AdamW, windows of Debian's fortunes, one CPU thread per
+rank) under DistributedDataParallel over gloo, in one of three forms:
+    ddp        plain DDP: the whole gradient all-reduced every step
+    powersgd   DDP with its PowerSGD communication hook (rank-R factors of each gradient matrix, with
+               error feedback; plain all-reduce for the first --powersgd-start steps)
+    postlocal  torch 1.13's post-local SGD: DDP's post_localSGD_hook (no gradient all-reduce after
+               --local-start steps) with PostLocalSGDOptimizer averaging the parameters every --period
+               steps (PeriodicModelAverager)
+Launch with mpirun, one rank per host, MASTER_ADDR set to rank 0's address:
+    MASTER_ADDR=10.77.0.1 MASTER_PORT=29512 mpirun -np 2 ... /usr/bin/python3 peer_torch_slow_link.py --form ddp
+Rank 0 prints one JSON line: tokens/s over the steps after 3 warm-up steps, and the validation loss
+after the last step on non-overlapping windows of the corpus' last 10% (as tower cuts it).
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peer_torch_gpt import Gpt  # noqa: E402
+
+WARMUP_STEPS = 3
+
+
+def corpus_bytes(path):
+    files = []
+    for root, _, names in os.walk(path):
+        files += [os.path.join(root, n) for n in names if not n.endswith(".dat")
+                  and not os.path.islink(os.path.join(root, n))]
+    data = b"".join(open(f, "rb").read() + b"\n" for f in sorted(files))
+    return torch.from_numpy(np.frombuffer(data, dtype=np.uint8).astype(np.int64))
+
+
+def wrap(model, args, optimizer_args):
+    ddp = DistributedDataParallel(model)
+    if args.form == "ddp":
+        return ddp, torch.optim.AdamW(ddp.parameters(), **optimizer_args)
+    if args.form == "powersgd":
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+        state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=args.powersgd_rank,
+                                            start_powerSGD_iter=args.powersgd_start)
+        ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+        return ddp, torch.optim.AdamW(ddp.parameters(), **optimizer_args)
+    from torch.distributed.algorithms.ddp_comm_hooks.post_localSGD_hook import PostLocalSGDState, post_localSGD_hook
+    from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
+    from torch.distributed.optim import PostLocalSGDOptimizer
+    # Each rank alone in its subgroup: after the start no gradient is all-reduced at all.
+    alone, _ = dist.new_subgroups(group_size=1)
+    state = PostLocalSGDState(process_group=None, subgroup=alone, start_localSGD_iter=args.local_start,
+                              post_local_gradient_allreduce=False)
+    ddp.register_comm_hook(state, post_localSGD_hook)
+    averager = PeriodicModelAverager(period=args.period, warmup_steps=args.local_start)
+    return ddp, PostLocalSGDOptimizer(optim=torch.optim.AdamW(ddp.parameters(), **optimizer_args), averager=averager)
+
+
+def validation_loss(model, text, context, rank, world):
+    windows = text[len(text) * 9 // 10:]
+    width = context + 1
+    count = len(windows) // width
+    mine = range(rank * count // world, (rank + 1) * count // world)
+    total = torch.zeros(2, dtype=torch.float64)
+    with torch.no_grad():
+        for first in range(mine.start, mine.stop, 64):
+            batch = torch.stack([windows[w * width:(w + 1) * width] for w in range(first, min(first + 64, mine.stop))])
+            total[0] += model(batch).item() * len(batch)
+            total[1] += len(batch)
+    dist.all_reduce(total)
+    return (total[0] / total[1]).item()
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--form", choices=["ddp", "powersgd", "postlocal"], default="ddp")
+    p.add_argument("--batch", type=int, default=8, help="windows per rank per step")
+    p.add_argument("--steps", type=int, default=30, help="steps after 3 warm-up steps")
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--width", type=int, default=256)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--context", type=int, default=128)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--powersgd-rank", type=int, default=4)
+    p.add_argument("--powersgd-start", type=int, default=10)
+    p.add_argument("--period", type=int, default=50, help="postlocal: steps between parameter averages")
+    p.add_argument("--local-start", type=int, default=10, help="postlocal: steps of plain DDP first")
+    p.add_argument("--evaluate", action="store_true", help="the validation loss after the last step")
+    p.add_argument("--data", default="/usr/share/games/fortunes")
+    args = p.parse_args()
+    rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
+    world = int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))
+    torch.set_num_threads(1)
+    torch.manual_seed(1)
+    address = f"tcp://{os.environ.get('MASTER_ADDR', '127.0.0.1')}:{os.environ.get('MASTER_PORT', '29512')}"
+    dist.init_process_group("gloo", init_method=address, rank=rank, world_size=world)
+    all_text = corpus_bytes(args.data)
+    text = all_text[: len(all_text) * 9 // 10]
+    model, opt = wrap(Gpt(args.layers, args.width, args.heads, args.context), args, {"lr": args.lr, "weight_decay": 0.0})
+    gen = torch.Generator().manual_seed(1000 + rank)
+    width = args.context + 1
+
+    def step():
+        starts = torch.randint(0, len(text) // width, (args.batch,), generator=gen) * width
+        opt.zero_grad(set_to_none=True)
+        model(torch.stack([text[s:s + width] for s in starts])).backward()
+        opt.step()
+
+    for _ in range(WARMUP_STEPS):
+        step()
+    dist.barrier()
+    start = time.perf_counter()
+    for _ in range(args.steps):
+        step()
+    dist.barrier()
+    took = time.perf_counter() - start
+    loss = validation_loss(model.module, all_text, args.context, rank, world) if args.evaluate else None
+    if rank == 0:
+        print(json.dumps({"peer": f"torch_{args.form}", "world_size": world, "steps": args.steps + WARMUP_STEPS,
+                          "tokens_per_s": args.batch * args.context * world * args.steps / took,
+                          "validation_loss": loss, "torch": torch.__version__}), flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
