@@ -3,6 +3,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "base/device/denormals.h"
 #include "base/field_spelling.h"
 #include "cli/command.h"
 #include "cli/train/field_options.h"
@@ -12,6 +13,8 @@
 
 int main(int argc, char** argv)
 {
+	// Before any thread starts, so that every thread of the process inherits it.
+	tower::flush_denormals_on_this_thread();
 	CLI::App app{"tower: data-parallel training launched with MPI.\n"
 		     "Run it under mpirun, one rank per GPU (or per CPU tower), e.g.\n"
 		     "  mpirun -np 2 tower info"};

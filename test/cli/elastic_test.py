@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """tower elastic on one host, with real kills: a rank killed with SIGKILL mid-run (replicated,
-parameter-server, sync-replicas at 3 ranks) and the launcher resumes at 2 ranks from the latest
+parameter-server, sync-replicas, local-sgd at 3 ranks) and the launcher resumes at 2 ranks from the latest
 checkpoint with no person; the run completes its epochs, its steps lost are counted and fewer than
 the checkpoint interval, and its final accuracy is within 0.5 points of an uninterrupted run. Also:
 it gives up below --min-np and after --max-restarts, naming why, does not restart a job that
@@ -87,6 +87,18 @@ for strategy in (["--strategy", "replicated"], ["--strategy", "parameter-server"
            f"{name}: final accuracy {accuracy} against {reference} uninterrupted")
     print(f"{name}: 3 -> 2 ranks, {lost} step(s) lost, restart {history[1].get('restart_s', 0):.1f} s, "
           f"accuracy {accuracy} (uninterrupted {reference})" if len(history) == 2 else f"{name}: {history}")
+
+# local-sgd: the relaunch at 2 ranks cannot match 3 workers' own drift, so every worker restarts
+# from the synced values (and says so); the run completes, trained.
+rc, out, launcher, s = elastic("local-sgd", 3, ["--strategy", "local-sgd", "--sync-every", "10", "--outer-optimizer",
+                                                "sgd", "--outer-lr", "1"], ["--min-np", "2"], kill_after=3 * EVERY)
+history = launcher.get("history", [])
+lost = history[0].get("steps_lost") if history else None
+expect(rc == 0 and launcher.get("generations") == 2 and launcher.get("world_size") == 2 and
+       lost is not None and 0 <= lost < EVERY, f"local-sgd: not one restart to 2 ranks (exit {rc}): {out[-2500:]}")
+expect("every worker restarts from its synced values" in out, f"local-sgd: no word of the restart: {out[-2500:]}")
+expect((s.get("test_accuracy") or 0) > 0.8, f"local-sgd: final accuracy {s.get('test_accuracy')}")
+print(f"local-sgd: 3 -> 2 ranks, {lost} step(s) lost, accuracy {s.get('test_accuracy')}")
 
 # Gives up, naming why: too few ranks left, too many restarts, and a failure a restart cannot fix.
 rc, out, launcher, _ = elastic("min-np", 2, [], ["--min-np", "2"], kill_after=EVERY)
