@@ -24,7 +24,6 @@ import time
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -55,8 +54,10 @@ def wrap(model, args, optimizer_args):
     from torch.distributed.algorithms.ddp_comm_hooks.post_localSGD_hook import PostLocalSGDState, post_localSGD_hook
     from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
     from torch.distributed.optim import PostLocalSGDOptimizer
-    # Each rank alone in its subgroup: after the start no gradient is all-reduced at all.
-    alone, _ = dist.new_subgroups(group_size=1)
+    # Each rank alone in its subgroup: after the start no gradient is all-reduced at all. (Every
+    # rank makes every group, in the same order; new_subgroups wants CUDA.)
+    groups = [dist.new_group(ranks=[r]) for r in range(dist.get_world_size())]
+    alone = groups[dist.get_rank()]
     state = PostLocalSGDState(process_group=None, subgroup=alone, start_localSGD_iter=args.local_start,
                               post_local_gradient_allreduce=False)
     ddp.register_comm_hook(state, post_localSGD_hook)
@@ -127,7 +128,7 @@ def main():
         print(json.dumps({"peer": f"torch_{args.form}", "world_size": world, "steps": args.steps + WARMUP_STEPS,
                           "tokens_per_s": args.batch * args.context * world * args.steps / took,
                           "validation_loss": loss, "torch": torch.__version__}), flush=True)
-    dist.destroy_process_group()
+    print(f"peer_torch_slow_link: rank {rank} done", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":
