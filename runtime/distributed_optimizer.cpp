@@ -188,6 +188,7 @@ int DistributedOptimizer::workers() const { return strategy().workers(); }
 bool DistributedOptimizer::has_averages() const { return strategy().has_averages(); }
 void DistributedOptimizer::use_averages(bool averaged) { strategy().use_averages(averaged); }
 void DistributedOptimizer::settle_replicas() { strategy().settle_replicas(); }
+void DistributedOptimizer::use_synced_values(bool synced) { strategy().use_synced_values(synced); }
 uint64_t DistributedOptimizer::check_replicas() const { return strategy().check_replicas(); }
 StrategyFacts DistributedOptimizer::facts() const { return strategy().facts(); }
 DetachedRun* DistributedOptimizer::detached() { return strategy().detached(); }

@@ -111,9 +111,13 @@ public:
 	bool has_averages() const;
 	void use_averages(bool averaged);
 	// Collective. Under local-sgd, whose workers train apart between syncs, takes the sync now so
-	// that every worker holds the one synced model (call it before evaluating and at the end of
-	// training); under the other strategies it does nothing.
+	// that every worker holds the one synced model (call it at the end of training, before its last
+	// checkpoint); under the other strategies it does nothing.
 	void settle_replicas();
+	// Under local-sgd: true puts the synced values (the model of the last sync) into the
+	// parameters for an evaluation, false the worker's own back; the training is left as it was.
+	// Under the other strategies it does nothing.
+	void use_synced_values(bool synced);
 	uint64_t check_replicas() const;
 	StrategyFacts facts() const;
 	// Async and sync-replicas: their start() and finish() around the workers' loop

@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -108,9 +109,12 @@ std::string connect_to(const std::string& host, int port, Socket* out)
 	::freeaddrinfo(found);
 	int error = 0;
 	socklen_t length = sizeof error;
-	if ((r != 0 && errno != EINPROGRESS) || !ready_within(out->fd, POLLOUT) ||
-	    ::getsockopt(out->fd, SOL_SOCKET, SO_ERROR, &error, &length) != 0 || error != 0)
-		return fmt::format("connect to {}:{}: {}", host, port, std::strerror(error ? error : errno));
+	if (r != 0 && errno != EINPROGRESS)
+		return fmt::format("connect to {}:{}: {}", host, port, std::strerror(errno));
+	if (!ready_within(out->fd, POLLOUT))
+		return fmt::format("connect to {}:{}: no answer within 10 s", host, port);
+	if (::getsockopt(out->fd, SOL_SOCKET, SO_ERROR, &error, &length) != 0 || error != 0)
+		return fmt::format("connect to {}:{}: {}", host, port, std::strerror(error));
 	::fcntl(out->fd, F_SETFL, 0);
 	return {};
 }
@@ -177,6 +181,11 @@ std::optional<LinkRate> measure_link_rate(const Topology& topology, size_t bytes
 			TOWER_MPI(MPI_Recv(host, sizeof host, MPI_CHAR, peer, 0, world, MPI_STATUS_IGNORE));
 			why = port > 0 ? connect_to(host, port, &connection) : "the second host could not listen";
 		}
+		// A peer that stops reading or writing ends the measurement, not the bench.
+		const timeval limit{30, 0};
+		if (why.empty() && (::setsockopt(connection.fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit) != 0 ||
+				    ::setsockopt(connection.fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit) != 0))
+			why = system_error("setsockopt");
 		std::vector<char> out(bytes, 1), in(bytes);
 		double best_one = 1e30, best_both = 1e30;
 		for (int i = 0; why.empty() && i < std::max(iters, 1); ++i) {

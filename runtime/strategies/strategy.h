@@ -83,9 +83,13 @@ public:
 	virtual StepStats step(const StepRequest& request) = 0;
 
 	// Collective. Where the replicas train apart between syncs (local-sgd), takes the sync now so
-	// that every rank holds the one synced model (before an evaluation, at the end of a run); the
-	// other strategies hold it already and do nothing.
+	// that every rank holds the one synced model (at the end of a run); the other strategies hold
+	// it already and do nothing.
 	virtual void settle_replicas() {}
+	// Where the replicas train apart (local-sgd): true swaps the synced values, the one model of
+	// the last sync, into the parameters, false the worker's own back, for an evaluation that
+	// leaves the training as it was. Not collective; the others hold one model and do nothing.
+	virtual void use_synced_values(bool) {}
 
 	// Collective: whether moving averages are kept, and swapping them into the parameters (true)
 	// or the trained weights back (false), for evaluating the averaged model.

@@ -31,7 +31,7 @@ nlohmann::json Trainer::Run::run_lockstep()
 		if (test_.size() > 0 && c_.eval_every > 0 && (last || (epoch_ + 1) % c_.eval_every == 0))
 			evaluate(epoch_);
 	}
-	tower_->optimizer().settle_replicas(); // local-sgd ends on its synced model
+	tower_->optimizer().settle_replicas(); // a run that ran out of epochs before its steps
 	if (checkpointer_.saving() && saved_step_ != step_)
 		save_checkpoint();
 	checkpointer_.wait();
@@ -77,6 +77,9 @@ void Trainer::Run::train_step(int epoch, int64_t update_in_epoch)
 		timeline::Span check("check replicas", "wait");
 		tower_->check_replicas();
 	}
+	// local-sgd ends on its synced model, which the last checkpoint holds.
+	if (step_ == total_steps_)
+		tower_->optimizer().settle_replicas();
 	const bool epoch_done = update_in_epoch + 1 == updates_per_epoch(c_, sampler_.steps_per_epoch());
 	next_epoch_ = epoch_done ? epoch + 1 : epoch;
 	next_update_ = epoch_done ? 0 : update_in_epoch + 1;

@@ -164,8 +164,10 @@ void Trainer::Run::evaluate(int epoch)
 	const auto start = Clock::now();
 	timeline::Span span("evaluate", "eval");
 	span.arg("epoch", epoch + 1);
-	tower_->optimizer().settle_replicas(); // local-sgd evaluates its synced model
+	// local-sgd evaluates the model of its last sync, and trains on as if it had not.
+	tower_->optimizer().use_synced_values(true);
 	last_eval_.raw = evaluate_test_set(*tower_, test_, c_.batch, device_, topology_.world());
+	tower_->optimizer().use_synced_values(false);
 	last_eval_.done = true;
 	std::string averaged_text;
 	nlohmann::json line = {{"event", "eval"}, {"step", step_}, {"epoch", epoch + 1}};

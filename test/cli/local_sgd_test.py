@@ -34,13 +34,14 @@ def ok(name, r, lines):
     return lines[-1] if lines else {}
 
 
-# Checkpoints at steps 10 and 20 fall between syncs (every 4 steps): each worker's own parameters
-# and inner AdamW state are saved. A run stopped at step 10 and resumed ends on the hash of the run
-# that never stopped.
+# The checkpoint at step 10 falls between syncs (every 4 steps): each worker's own parameters and
+# inner AdamW state are saved. A run resumed from it ends on the hash of the run that never
+# stopped. (The first run goes on to step 12, where it ends on a sync and saves again.)
 ckpt = os.path.join(tmp, "ckpt")
 whole = ok("whole", *run(2, "whole", "--max-steps", "30"))
-ok("first half", *run(2, "first", "--max-steps", "10", "--checkpoint-dir", ckpt, "--checkpoint-every", "10"))
-r, lines = run(2, "resumed", "--max-steps", "30", "--checkpoint-dir", ckpt, "--checkpoint-every", "10", "--resume")
+ok("first part", *run(2, "first", "--max-steps", "12", "--checkpoint-dir", ckpt, "--checkpoint-every", "10"))
+r, lines = run(2, "resumed", "--max-steps", "30", "--checkpoint-dir", os.path.join(tmp, "resumed"), "--checkpoint-every",
+               "10", "--resume", os.path.join(ckpt, "step-0000000010"))
 resumed = ok("resumed", r, lines)
 expect("resumed from" in r.stdout and "step 10" in r.stdout, f"resumed: no resume line: {r.stdout[-1000:]}")
 expect(whole.get("replica_hash") == resumed.get("replica_hash"),

@@ -174,8 +174,9 @@ bool DetachedStrategy::push(const std::vector<int64_t>& tags, const StepRequest&
 			if (s.owner == static_cast<int>(o))
 				Tensor::view(gradient + s.segment_offset, {s.count}, DType::f32, Device{})
 					.copy_from(core_.model_slice(s, true));
-		if (o == 0 && injecting() && segments_[o].count > 0)
-			gradient[0] = std::numeric_limits<float>::quiet_NaN();
+		if (injecting() && segments_[o].count > 0 && std::all_of(segments_.begin(), segments_.begin() + static_cast<ptrdiff_t>(o),
+									    [](const Segment& s) { return s.count == 0; }))
+			gradient[0] = std::numeric_limits<float>::quiet_NaN(); // the first owner that holds anything
 		if (request.micro_batches > 1)
 			for (int64_t i = 0; i < segments_[o].count; ++i)
 				gradient[i] /= static_cast<float>(request.micro_batches);

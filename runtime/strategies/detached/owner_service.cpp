@@ -283,7 +283,7 @@ void OwnerService::maybe_log_window(bool last)
 	nlohmann::json line = w.to_json();
 	line.update({{"step", counters_.updates},
 		     {"updates_planned", s_.target},
-		     {"loss", w.received ? w.loss_sum / static_cast<double>(w.received) : 0.0},
+		     {"loss", w.received > w.dropped_nonfinite ? w.loss_sum / static_cast<double>(w.received - w.dropped_nonfinite) : 0.0},
 		     {"lr", applied_lr_},
 		     {"updates_per_s", static_cast<double>(w.updates) / elapsed},
 		     {"samples_per_s", static_cast<double>(w.samples_applied) / elapsed}});

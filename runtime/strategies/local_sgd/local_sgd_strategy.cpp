@@ -162,6 +162,21 @@ void LocalSgdStrategy::settle_replicas()
 	}
 }
 
+void LocalSgdStrategy::use_synced_values(bool synced)
+{
+	TOWER_CHECK(synced == own_values_.empty(), "use_synced_values({}) twice in a row", synced);
+	for (size_t i = 0; i < parameters_.size(); ++i) {
+		if (synced) {
+			own_values_.push_back(parameters_[i]->value.clone());
+			parameters_[i]->value.copy_from(anchor_[i].value);
+		} else {
+			parameters_[i]->value.copy_from(own_values_[i]);
+		}
+	}
+	if (!synced)
+		own_values_.clear();
+}
+
 void LocalSgdStrategy::sync(StepStats* stats)
 {
 	timeline::Span span("outer sync", "comm");

@@ -34,6 +34,7 @@ public:
 	// workers for checkpoints).
 	StepStats step(const StepRequest& request) override;
 	void settle_replicas() override;
+	void use_synced_values(bool synced) override;
 	bool has_averages() const override { return false; }
 	void use_averages(bool averaged) override;
 	void reset_optimizer_state() override;
@@ -75,6 +76,7 @@ private:
 	Tensor since_sync_ = Tensor::zeros({1}, DType::i64, Device{});    // inner steps since the last sync
 	Tensor saved_workers_ = Tensor::zeros({1}, DType::i64, Device{}); // -1 until the first step
 	int64_t syncs_ = 0, skipped_syncs_ = 0, skipped_inner_ = 0;
+	std::vector<Tensor> own_values_; // the worker's parameters while the synced values are in
 	FaultInjection faults_;
 };
 
