@@ -139,70 +139,82 @@ double both_ways(int fd, std::vector<char>& out, std::vector<char>& in, size_t b
 	return sent && received ? std::chrono::duration<double>(Clock::now() - start).count() : -1;
 }
 
+// The first ranks of node 0 and of node 1, as world ranks.
+std::array<int, 2> node_leaders(const Topology& topology)
+{
+	std::vector<std::array<int, 2>> where(static_cast<size_t>(topology.size()));
+	const std::array<int, 2> mine{topology.node(), topology.local_rank()};
+	TOWER_MPI(MPI_Allgather(mine.data(), 2, MPI_INT, where.data(), 2, MPI_INT, topology.world()));
+	std::array<int, 2> leaders{-1, -1};
+	for (int r = 0; r < topology.size(); ++r)
+		for (int node = 0; node < 2; ++node)
+			if (where[static_cast<size_t>(r)] == std::array<int, 2>{node, 0})
+				leaders[static_cast<size_t>(node)] = r;
+	return leaders;
+}
+
+// On one of the two leaders: connects to the other (node 1's listens) and streams, filling
+// `rate` (GB/s one way, both ways) or returning why it could not.
+std::string stream_between(const Topology& topology, int peer, bool listener_side, size_t bytes, int iters,
+			   double rate[2])
+{
+	const MPI_Comm world = topology.world();
+	std::string why;
+	Socket listener, connection;
+	int port = 0;
+	char host[256] = {};
+	if (listener_side) {
+		why = listen_any(&listener, &port);
+		::gethostname(host, sizeof host - 1);
+		TOWER_MPI(MPI_Send(&port, 1, MPI_INT, peer, 0, world));
+		TOWER_MPI(MPI_Send(host, sizeof host, MPI_CHAR, peer, 0, world));
+		if (why.empty() && ready_within(listener.fd, POLLIN))
+			connection = Socket(::accept(listener.fd, nullptr, nullptr));
+		else if (why.empty())
+			why = "no connection from the first host within 10 s";
+	} else {
+		TOWER_MPI(MPI_Recv(&port, 1, MPI_INT, peer, 0, world, MPI_STATUS_IGNORE));
+		TOWER_MPI(MPI_Recv(host, sizeof host, MPI_CHAR, peer, 0, world, MPI_STATUS_IGNORE));
+		why = port > 0 ? connect_to(host, port, &connection) : "the second host could not listen";
+	}
+	// A peer that stops reading or writing ends the measurement, not the bench.
+	const timeval limit{30, 0};
+	if (why.empty() && (::setsockopt(connection.fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit) != 0 ||
+			    ::setsockopt(connection.fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit) != 0))
+		why = system_error("setsockopt");
+	std::vector<char> out(bytes, 1), in(bytes);
+	double best_one = 1e30, best_both = 1e30;
+	for (int i = 0; why.empty() && i < std::max(iters, 1); ++i) {
+		const double t1 = one_way(connection.fd, !listener_side, out, bytes);
+		const double t2 = both_ways(connection.fd, out, in, bytes);
+		if (t1 < 0 || t2 < 0)
+			why = "the connection broke";
+		best_one = std::min(best_one, t1);
+		best_both = std::min(best_both, t2);
+	}
+	if (why.empty())
+		rate[0] = static_cast<double>(bytes) / best_one / 1e9, rate[1] = static_cast<double>(bytes) / best_both / 1e9;
+	return why;
+}
+
 } // namespace
 
 std::optional<LinkRate> measure_link_rate(const Topology& topology, size_t bytes, int iters)
 {
 	if (topology.node_count() < 2 || topology.simulated())
 		return std::nullopt;
-	// The first rank of node 0 and of node 1.
-	const MPI_Comm world = topology.world();
-	std::vector<std::array<int, 2>> where(static_cast<size_t>(topology.size()));
-	const std::array<int, 2> mine{topology.node(), topology.local_rank()};
-	TOWER_MPI(MPI_Allgather(mine.data(), 2, MPI_INT, where.data(), 2, MPI_INT, world));
-	int a = -1, b = -1;
-	for (int r = 0; r < topology.size(); ++r) {
-		if (where[static_cast<size_t>(r)] == std::array<int, 2>{0, 0})
-			a = r;
-		if (where[static_cast<size_t>(r)] == std::array<int, 2>{1, 0})
-			b = r;
-	}
-	LinkRate rate;
+	const auto [a, b] = node_leaders(topology);
 	double result[2] = {0, 0};
 	char problem[256] = {};
 	if (topology.rank() == a || topology.rank() == b) {
-		const bool listener_side = topology.rank() == b;
-		const int peer = listener_side ? a : b;
-		std::string why;
-		Socket listener, connection;
-		int port = 0;
-		char host[256] = {};
-		if (listener_side) {
-			why = listen_any(&listener, &port);
-			::gethostname(host, sizeof host - 1);
-			TOWER_MPI(MPI_Send(&port, 1, MPI_INT, peer, 0, world));
-			TOWER_MPI(MPI_Send(host, sizeof host, MPI_CHAR, peer, 0, world));
-			if (why.empty() && ready_within(listener.fd, POLLIN))
-				connection = Socket(::accept(listener.fd, nullptr, nullptr));
-			else if (why.empty())
-				why = "no connection from the first host within 10 s";
-		} else {
-			TOWER_MPI(MPI_Recv(&port, 1, MPI_INT, peer, 0, world, MPI_STATUS_IGNORE));
-			TOWER_MPI(MPI_Recv(host, sizeof host, MPI_CHAR, peer, 0, world, MPI_STATUS_IGNORE));
-			why = port > 0 ? connect_to(host, port, &connection) : "the second host could not listen";
-		}
-		// A peer that stops reading or writing ends the measurement, not the bench.
-		const timeval limit{30, 0};
-		if (why.empty() && (::setsockopt(connection.fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit) != 0 ||
-				    ::setsockopt(connection.fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof limit) != 0))
-			why = system_error("setsockopt");
-		std::vector<char> out(bytes, 1), in(bytes);
-		double best_one = 1e30, best_both = 1e30;
-		for (int i = 0; why.empty() && i < std::max(iters, 1); ++i) {
-			const double t1 = one_way(connection.fd, !listener_side, out, bytes);
-			const double t2 = both_ways(connection.fd, out, in, bytes);
-			if (t1 < 0 || t2 < 0)
-				why = "the connection broke";
-			best_one = std::min(best_one, t1);
-			best_both = std::min(best_both, t2);
-		}
-		if (why.empty())
-			result[0] = static_cast<double>(bytes) / best_one / 1e9, result[1] = static_cast<double>(bytes) / best_both / 1e9;
+		const std::string why = stream_between(topology, topology.rank() == b ? a : b, topology.rank() == b, bytes,
+						       iters, result);
 		std::snprintf(problem, sizeof problem, "%s", why.c_str());
 	}
 	// The connecting side's figures and verdict, to every rank.
-	TOWER_MPI(MPI_Bcast(result, 2, MPI_DOUBLE, a, world));
-	TOWER_MPI(MPI_Bcast(problem, sizeof problem, MPI_CHAR, a, world));
+	TOWER_MPI(MPI_Bcast(result, 2, MPI_DOUBLE, a, topology.world()));
+	TOWER_MPI(MPI_Bcast(problem, sizeof problem, MPI_CHAR, a, topology.world()));
+	LinkRate rate;
 	rate.one_way_gbps = result[0];
 	rate.both_ways_gbps = result[1];
 	rate.problem = problem;
