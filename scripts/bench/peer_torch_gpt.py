@@ -86,8 +86,8 @@ def port(rank):
         return s.getsockname()[1]
 
 
-def main():
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_job_arguments(p):
+    """The job both GPT peers take: windows per step, steps, the model's shape and AdamW's rate."""
     p.add_argument("--batch", type=int, default=8, help="windows per rank per step")
     p.add_argument("--steps", type=int, default=30, help="timed steps (after 3 warm-up steps)")
     p.add_argument("--layers", type=int, default=4)
@@ -95,6 +95,11 @@ def main():
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--context", type=int, default=128)
     p.add_argument("--lr", type=float, default=1e-3)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_job_arguments(p)
     p.add_argument("--data", default="/usr/share/games/fortunes")
     args = p.parse_args()
     rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))

@@ -27,7 +27,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peer_torch_gpt import Gpt  # noqa: E402
+from peer_torch_gpt import Gpt, add_job_arguments  # noqa: E402
 
 WARMUP_STEPS = 3
 
@@ -83,13 +83,7 @@ def validation_loss(model, text, context, rank, world):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--form", choices=["ddp", "powersgd", "postlocal"], default="ddp")
-    p.add_argument("--batch", type=int, default=8, help="windows per rank per step")
-    p.add_argument("--steps", type=int, default=30, help="steps after 3 warm-up steps")
-    p.add_argument("--layers", type=int, default=4)
-    p.add_argument("--width", type=int, default=256)
-    p.add_argument("--heads", type=int, default=4)
-    p.add_argument("--context", type=int, default=128)
-    p.add_argument("--lr", type=float, default=1e-3)
+    add_job_arguments(p)
     p.add_argument("--powersgd-rank", type=int, default=4)
     p.add_argument("--powersgd-start", type=int, default=10)
     p.add_argument("--period", type=int, default=50, help="postlocal: steps between parameter averages")
