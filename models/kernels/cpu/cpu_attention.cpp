@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "models/kernels/cpu/cpu_ops.h"
 #include "models/kernels/cpu/f32_copy.h"
@@ -14,11 +15,13 @@ void CpuOps::causal_softmax_forward(const Tensor& scores, float scale, const Ten
 {
 	check_causal_softmax(scores, probs);
 	const int64_t n = scores.dim(0), t = scores.dim(1);
-	const F32Copy fs(scores, true), fp(probs, false);
+	// A row at a time: 16-bit rows are widened into `scratch` and rounded back from it.
+	std::vector<float> scratch(scores.dtype() == DType::f32 ? 0 : static_cast<size_t>(2 * t));
 	for (int64_t row = 0; row < n * t; ++row) {
 		const int64_t i = row % t; // the query's position: it sees keys 0..i
-		const float* __restrict s = fs.data() + row * t;
-		float* __restrict p = fp.data() + row * t;
+		const F32Piece ps(scores, row * t, t, scratch.data(), true), pp(probs, row * t, t, scratch.data() + t, false);
+		const float* __restrict s = ps.data();
+		float* __restrict p = pp.data();
 		float top = s[0];
 		for (int64_t j = 1; j <= i; ++j)
 			top = std::max(top, s[j]);
@@ -30,8 +33,8 @@ void CpuOps::causal_softmax_forward(const Tensor& scores, float scale, const Ten
 		for (int64_t j = 0; j <= i; ++j)
 			p[j] *= inv;
 		std::fill(p + i + 1, p + t, 0.0f);
+		pp.store();
 	}
-	fp.store();
 }
 
 void CpuOps::causal_softmax_backward(const Tensor& probs, const Tensor& dprobs, float scale,
@@ -40,22 +43,23 @@ void CpuOps::causal_softmax_backward(const Tensor& probs, const Tensor& dprobs, 
 	check_causal_softmax(probs, dprobs);
 	check_causal_softmax(probs, dscores);
 	const int64_t n = probs.dim(0), t = probs.dim(1);
-	const F32Copy fp(probs, true), fdp(dprobs, true);
 	// dscores may be dprobs: each row reads all of dprobs' row before writing it.
-	const F32Copy fds(dscores, dscores.data() == dprobs.data() && dscores.dtype() == DType::f32);
+	std::vector<float> scratch(probs.dtype() == DType::f32 ? 0 : static_cast<size_t>(3 * t));
 	for (int64_t row = 0; row < n * t; ++row) {
 		const int64_t i = row % t;
-		const float* __restrict p = fp.data() + row * t;
-		const float* dp = fdp.data() + row * t;
-		float* ds = fds.data() + row * t;
+		const F32Piece pp(probs, row * t, t, scratch.data(), true), pdp(dprobs, row * t, t, scratch.data() + t, true);
+		const F32Piece pds(dscores, row * t, t, scratch.data() + 2 * t, false);
+		const float* __restrict p = pp.data();
+		const float* dp = pdp.data();
+		float* ds = pds.data();
 		float dot = 0.0f;
 		for (int64_t j = 0; j <= i; ++j)
 			dot += p[j] * dp[j];
 		for (int64_t j = 0; j <= i; ++j)
 			ds[j] = scale * p[j] * (dp[j] - dot);
 		std::fill(ds + i + 1, ds + t, 0.0f);
+		pds.store();
 	}
-	fds.store();
 }
 
 void CpuOps::permute_heads(const Tensor& rows, int64_t offset, const Tensor& heads, bool to_heads) const

@@ -1,6 +1,7 @@
 // Elementwise CPU ops: fill, accumulate, bias with optional ReLU, bias gradient, ReLU, GELU, casts.
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "models/kernels/cpu/cpu_ops.h"
 #include "models/kernels/cpu/f32_copy.h"
@@ -79,9 +80,12 @@ void bias_grad_f32(const float* __restrict row, float* __restrict g, int64_t out
 void CpuOps::fill(const Tensor& x, float value) const
 {
 	expect_float(x, "filled tensor");
-	const F32Copy fx(x, false);
-	std::fill_n(fx.data(), x.numel(), value);
-	fx.store();
+	for_each_piece(x.numel(), f32_piece_elements, [&](int64_t start, int64_t count) {
+		float scratch[f32_piece_elements];
+		const F32Piece px(x, start, count, scratch, false);
+		std::fill_n(px.data(), count, value);
+		px.store();
+	});
 }
 
 void CpuOps::accumulate(float alpha, const Tensor& x, const Tensor& y) const
@@ -89,30 +93,46 @@ void CpuOps::accumulate(float alpha, const Tensor& x, const Tensor& y) const
 	expect_float(x, "accumulated tensor");
 	expect_same_dtype(x, y, "accumulate");
 	expect_same_numel(x, y, "accumulate");
-	const F32Copy fx(x, true), fy(y, true);
-	const float* __restrict xs = fx.data();
-	float* __restrict ys = fy.data();
-	const int64_t n = x.numel();
-	for (int64_t i = 0; i < n; ++i)
-		ys[i] += alpha * xs[i];
-	fy.store();
+	for_each_piece(x.numel(), f32_piece_elements, [&](int64_t start, int64_t count) {
+		float sx[f32_piece_elements], sy[f32_piece_elements];
+		const F32Piece px(x, start, count, sx, true), py(y, start, count, sy, true);
+		const float* __restrict xs = px.data();
+		float* __restrict ys = py.data();
+		for (int64_t i = 0; i < count; ++i)
+			ys[i] += alpha * xs[i];
+		py.store();
+	});
 }
 
 void CpuOps::bias_act(const Tensor& y, const Tensor& bias, int64_t inner, bool relu) const
 {
 	const int64_t outer = checked_bias_outer(y, bias, inner);
-	const F32Copy fy(y, true), fb(bias, true);
-	bias_act_f32(fy.data(), fb.data(), outer, bias.numel(), inner, relu);
-	fy.store();
+	const F32Copy fb(bias, true);
+	// Whole slices of [channels, inner] at a time, as many as fit a piece.
+	const int64_t slice = bias.numel() * inner;
+	const int64_t slices = std::max<int64_t>(1, f32_piece_elements / std::max<int64_t>(slice, 1));
+	std::vector<float> scratch(y.dtype() == DType::f32 ? 0 : static_cast<size_t>(std::min(outer, slices) * slice));
+	for_each_piece(outer, slices, [&](int64_t first, int64_t count) {
+		const F32Piece py(y, first * slice, count * slice, scratch.data(), true);
+		bias_act_f32(py.data(), fb.data(), count, bias.numel(), inner, relu);
+		py.store();
+	});
 }
 
 void CpuOps::bias_grad(const Tensor& dy, const Tensor& db, int64_t inner, bool accumulate) const
 {
 	const int64_t outer = checked_bias_outer(dy, db, inner);
-	const F32Copy fdy(dy, true), fdb(db, accumulate);
+	const F32Copy fdb(db, accumulate);
 	if (!accumulate)
 		std::fill_n(fdb.data(), db.numel(), 0.0f);
-	bias_grad_f32(fdy.data(), fdb.data(), outer, db.numel(), inner);
+	// The same additions in the same order as over the whole tensor: slice by slice.
+	const int64_t slice = db.numel() * inner;
+	const int64_t slices = std::max<int64_t>(1, f32_piece_elements / std::max<int64_t>(slice, 1));
+	std::vector<float> scratch(dy.dtype() == DType::f32 ? 0 : static_cast<size_t>(std::min(outer, slices) * slice));
+	for_each_piece(outer, slices, [&](int64_t first, int64_t count) {
+		const F32Piece pdy(dy, first * slice, count * slice, scratch.data(), true);
+		bias_grad_f32(pdy.data(), fdb.data(), count, db.numel(), inner);
+	});
 	fdb.store();
 }
 
@@ -121,13 +141,15 @@ void CpuOps::relu_forward(const Tensor& x, const Tensor& y) const
 	expect_float(x, "relu input");
 	expect_same_dtype(x, y, "relu");
 	expect_same_numel(x, y, "relu");
-	const F32Copy fx(x, true), fy(y, false);
-	const float* xs = fx.data();
-	float* ys = fy.data();
-	const int64_t n = x.numel();
-	for (int64_t i = 0; i < n; ++i)
-		ys[i] = std::max(xs[i], 0.0f);
-	fy.store();
+	for_each_piece(x.numel(), f32_piece_elements, [&](int64_t start, int64_t count) {
+		float sx[f32_piece_elements], sy[f32_piece_elements];
+		const F32Piece px(x, start, count, sx, true), py(y, start, count, sy, false);
+		const float* xs = px.data();
+		float* ys = py.data();
+		for (int64_t i = 0; i < count; ++i)
+			ys[i] = std::max(xs[i], 0.0f);
+		py.store();
+	});
 }
 
 void CpuOps::relu_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) const
@@ -167,9 +189,12 @@ void CpuOps::gelu_forward(const Tensor& x, const Tensor& y) const
 	expect_float(x, "gelu input");
 	expect_same_dtype(x, y, "gelu");
 	expect_same_numel(x, y, "gelu");
-	const F32Copy fx(x, true), fy(y, false);
-	gelu_f32(fx.data(), fy.data(), x.numel());
-	fy.store();
+	for_each_piece(x.numel(), f32_piece_elements, [&](int64_t start, int64_t count) {
+		float sx[f32_piece_elements], sy[f32_piece_elements];
+		const F32Piece px(x, start, count, sx, true), py(y, start, count, sy, false);
+		gelu_f32(px.data(), py.data(), count);
+		py.store();
+	});
 }
 
 void CpuOps::gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) const
@@ -179,9 +204,13 @@ void CpuOps::gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) 
 	expect_same_dtype(x, dx, "gelu backward");
 	expect_same_numel(x, dy, "gelu backward");
 	expect_same_numel(x, dx, "gelu backward");
-	const F32Copy fx(x, true), fdy(dy, true), fdx(dx, false);
-	gelu_backward_f32(fx.data(), fdy.data(), fdx.data(), x.numel());
-	fdx.store();
+	for_each_piece(x.numel(), f32_piece_elements, [&](int64_t start, int64_t count) {
+		float sx[f32_piece_elements], sdy[f32_piece_elements], sdx[f32_piece_elements];
+		const F32Piece px(x, start, count, sx, true), pdy(dy, start, count, sdy, true);
+		const F32Piece pdx(dx, start, count, sdx, false);
+		gelu_backward_f32(px.data(), pdy.data(), pdx.data(), count);
+		pdx.store();
+	});
 }
 
 void CpuOps::cast(const Tensor& src, const Tensor& dst, bool accumulate) const

@@ -1,6 +1,7 @@
 // Token embeddings on the CPU: windows into inputs and targets, the table lookup and its gradient.
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "models/kernels/cpu/cpu_ops.h"
 #include "models/kernels/cpu/f32_copy.h"
@@ -51,12 +52,13 @@ void CpuOps::embedding_backward(const Tensor& tokens, const Tensor& dout, const 
 	float* table = dtable.data_as<float>();
 	if (!accumulate)
 		std::fill_n(table, dtable.numel(), 0.0f);
-	const F32Copy fd(dout, true);
+	std::vector<float> scratch(dout.dtype() == DType::f32 ? 0 : static_cast<size_t>(c));
 	// In token order: the same sums in the same order on every run and rank count.
 	for (int64_t i = 0; i < n; ++i) {
 		const int64_t v = checked_token(tokens.data_as<int32_t>(), i, vocab);
 		float* __restrict row = table + v * c;
-		const float* __restrict g = fd.data() + i * c;
+		const F32Piece pd(dout, i * c, c, scratch.data(), true);
+		const float* __restrict g = pd.data();
 		for (int64_t j = 0; j < c; ++j)
 			row[j] += g[j];
 	}

@@ -1,5 +1,6 @@
 // LayerNorm on the CPU: row statistics and normalization forward, and its three gradients.
 #include <cmath>
+#include <vector>
 
 #include "models/kernels/cpu/cpu_ops.h"
 #include "models/kernels/cpu/f32_copy.h"
@@ -13,12 +14,14 @@ void CpuOps::layernorm_forward(const Tensor& x, const Tensor& gamma, const Tenso
 	const int64_t rows = check_layernorm(x, gamma, y, mean, rstd);
 	expect_f32(beta, "layernorm bias");
 	const int64_t c = x.dim(1);
-	const F32Copy fx(x, true), fy(y, false);
 	const float* g = gamma.data_as<float>();
 	const float* b = beta.data_as<float>();
+	// A row at a time: 16-bit rows are widened into `scratch` and rounded back from it.
+	std::vector<float> scratch(x.dtype() == DType::f32 ? 0 : static_cast<size_t>(2 * c));
 	for (int64_t r = 0; r < rows; ++r) {
-		const float* __restrict in = fx.data() + r * c;
-		float* __restrict out = fy.data() + r * c;
+		const F32Piece px(x, r * c, c, scratch.data(), true), py(y, r * c, c, scratch.data() + c, false);
+		const float* __restrict in = px.data();
+		float* __restrict out = py.data();
 		// Two passes (mean, then the centred squares): one pass of x^2 - mean^2 loses the variance
 		// of rows far from zero.
 		float sum = 0.0f;
@@ -33,8 +36,8 @@ void CpuOps::layernorm_forward(const Tensor& x, const Tensor& gamma, const Tenso
 			out[i] = (in[i] - m) * s * g[i] + b[i];
 		mean.data_as<float>()[r] = m;
 		rstd.data_as<float>()[r] = s;
+		py.store();
 	}
-	fy.store();
 }
 
 void CpuOps::layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
@@ -43,7 +46,7 @@ void CpuOps::layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor&
 {
 	const int64_t rows = check_layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta);
 	const int64_t c = x.dim(1);
-	const F32Copy fx(x, true), fdy(dy, true), fdx(dx, false);
+	std::vector<float> scratch(x.dtype() == DType::f32 ? 0 : static_cast<size_t>(3 * c));
 	const float* g = gamma.data_as<float>();
 	float* __restrict dg = dgamma.data_as<float>();
 	float* __restrict db = dbeta.data_as<float>();
@@ -51,9 +54,11 @@ void CpuOps::layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor&
 		for (int64_t i = 0; i < c; ++i)
 			dg[i] = db[i] = 0.0f;
 	for (int64_t r = 0; r < rows; ++r) {
-		const float* __restrict in = fx.data() + r * c;
-		const float* __restrict d = fdy.data() + r * c;
-		float* __restrict out = fdx.data() + r * c;
+		const F32Piece px(x, r * c, c, scratch.data(), true), pdy(dy, r * c, c, scratch.data() + c, true);
+		const F32Piece pdx(dx, r * c, c, scratch.data() + 2 * c, false);
+		const float* __restrict in = px.data();
+		const float* __restrict d = pdy.data();
+		float* __restrict out = pdx.data();
 		const float m = mean.data_as<float>()[r], s = rstd.data_as<float>()[r];
 		// With xhat = (x - mean) rstd and dn = dy gamma:
 		// dx = rstd (dn - mean(dn) - xhat mean(dn xhat)).
@@ -71,8 +76,8 @@ void CpuOps::layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor&
 			const float xhat = (in[i] - m) * s;
 			out[i] = s * (d[i] * g[i] - dn_mean - xhat * dn_xhat_mean);
 		}
+		pdx.store();
 	}
-	fdx.store();
 }
 
 } // namespace tower

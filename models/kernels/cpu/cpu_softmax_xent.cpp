@@ -1,5 +1,6 @@
 // Softmax cross-entropy on the CPU: probabilities, mean loss, correct count, and the gradient.
 #include <cmath>
+#include <vector>
 
 #include "models/kernels/cpu/cpu_ops.h"
 #include "models/kernels/cpu/f32_copy.h"
@@ -25,10 +26,12 @@ XentResult CpuOps::softmax_xent_forward(const Tensor& logits, const Tensor& labe
 	const int64_t rows = logits.dim(0), k = logits.dim(1);
 	double loss_sum = 0.0;
 	int64_t correct = 0;
-	const F32Copy fz(logits, true), fp(probs, false);
+	// A row at a time: 16-bit rows are widened into `scratch` and rounded back from it.
+	std::vector<float> scratch(logits.dtype() == DType::f32 ? 0 : static_cast<size_t>(2 * k));
 	for (int64_t r = 0; r < rows; ++r) {
-		const float* z = fz.data() + r * k;
-		float* p = fp.data() + r * k;
+		const F32Piece pz(logits, r * k, k, scratch.data(), true), pp(probs, r * k, k, scratch.data() + k, false);
+		const float* z = pz.data();
+		float* p = pp.data();
 		const int64_t label = checked_label(labels.data_as<int32_t>(), r, k);
 		int64_t best = 0;
 		for (int64_t j = 1; j < k; ++j)
@@ -46,8 +49,8 @@ XentResult CpuOps::softmax_xent_forward(const Tensor& logits, const Tensor& labe
 			p[j] *= inv;
 		loss_sum += std::log(sum) - (z[label] - top);
 		correct += best == label ? 1 : 0;
+		pp.store();
 	}
-	fp.store();
 	return {rows > 0 ? static_cast<float>(loss_sum / static_cast<double>(rows)) : 0.0f, correct};
 }
 
@@ -57,17 +60,18 @@ void CpuOps::softmax_xent_backward(const Tensor& probs, const Tensor& labels, co
 	check_xent(probs, labels, dlogits);
 	const int64_t rows = probs.dim(0), k = probs.dim(1);
 	const float scale = loss_scale / static_cast<float>(rows);
-	const F32Copy fp(probs, true), fd(dlogits, false);
+	std::vector<float> scratch(probs.dtype() == DType::f32 ? 0 : static_cast<size_t>(2 * k));
 	for (int64_t r = 0; r < rows; ++r) {
-		const float* p = fp.data() + r * k;
-		float* d = fd.data() + r * k;
+		const F32Piece pp(probs, r * k, k, scratch.data(), true), pd(dlogits, r * k, k, scratch.data() + k, false);
+		const float* p = pp.data();
+		float* d = pd.data();
 		const int64_t label = checked_label(labels.data_as<int32_t>(), r, k);
 		// (p - 1) * scale, not p * scale - scale: a huge loss scale must overflow the same way on
 		// every backend.
 		for (int64_t j = 0; j < k; ++j)
 			d[j] = (p[j] - (j == label ? 1.0f : 0.0f)) * scale;
+		pd.store();
 	}
-	fd.store();
 }
 
 } // namespace tower

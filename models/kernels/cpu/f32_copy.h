@@ -1,6 +1,8 @@
 // An f32 view of a tensor for the CPU kernels: the tensor itself, or a widened copy of 16-bit data.
 #pragma once
 
+#include <algorithm>
+
 #include "base/tensor/tensor.h"
 
 namespace tower {
@@ -23,6 +25,39 @@ private:
 	Tensor original_;
 	Tensor f32_;
 };
+
+// The same for a piece of a tensor, `count` elements from element `start` on, for kernels that walk
+// a tensor a row or a chunk at a time: the tensor's own memory when it is f32, otherwise a widened
+// copy in `scratch` (count floats the caller owns, on its stack or reused across pieces). A
+// whole-tensor F32Copy of 16-bit data costs an allocation, its page faults and two passes over
+// memory every call; a piece is widened, computed on and rounded back while it is in cache. The
+// arithmetic and the one rounding on store() are the same as F32Copy's, so are the bits.
+class F32Piece {
+public:
+	F32Piece(const Tensor& t, int64_t start, int64_t count, float* scratch, bool load);
+	F32Piece(const F32Piece&) = delete;
+	F32Piece& operator=(const F32Piece&) = delete;
+
+	float* data() const { return data_; }
+	void store() const;
+
+private:
+	Tensor original_;
+	int64_t start_;
+	int64_t count_;
+	float* data_;
+};
+
+// Pieces of at most this many elements suit stack buffers (8 KiB each).
+constexpr int64_t f32_piece_elements = 2048;
+
+// Calls body(start, count) over [0, n) in consecutive pieces of at most `piece` elements.
+template <class Body>
+void for_each_piece(int64_t n, int64_t piece, Body&& body)
+{
+	for (int64_t start = 0; start < n; start += piece)
+		body(start, std::min(piece, n - start));
+}
 
 // Widens f32/f16/bf16 elements to f32, or rounds f32 to the destination's type.
 void widen_to_f32(const Tensor& src, float* out);
