@@ -1,5 +1,7 @@
-// GFLOP/s of the MLP's GEMMs on one CPU core: alone, as the training step issues them, and the
-// rate the whole step reaches, so the gap between a step and its kernels is visible.
+// GFLOP/s of a model's GEMMs on one CPU core: the MLP's alone, as the training step issues them,
+// and the rate the whole step reaches, so the gap between a step and its kernels is visible; or the
+// GPT's alone (--model gpt), the limit scripts/bench/step_profile holds the GPT's step against.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <functional>
@@ -18,11 +20,13 @@ using namespace tower;
 
 namespace {
 
-// One GEMM of a training step of the MLP: c[m, n] = op(a)[m, k] * op(b)[k, n].
+// One GEMM of a training step: c[m, n] = op(a)[m, k] * op(b)[k, n], `batch` of them at once
+// through gemm_batched when batch > 0 (attention's per-head products).
 struct StepGemm {
 	const char* role;
 	int64_t m, k, n;
 	Transpose ta, tb;
+	int64_t batch = 0;
 };
 
 // The GEMMs of one step of the MLP 784 -> hidden (x depth) -> 10, in the order Linear issues them.
@@ -43,9 +47,46 @@ std::vector<StepGemm> mlp_step_gemms(int64_t batch, int64_t hidden, int64_t dept
 	return gemms;
 }
 
+// The three GEMMs of a linear layer [rows, in] -> [rows, out] (W is [out, in]), as Linear issues them.
+void add_linear(std::vector<StepGemm>& gemms, const char* forward, const char* weight, const char* input,
+		int64_t rows, int64_t in, int64_t out)
+{
+	gemms.push_back({forward, rows, in, out, Transpose::no, Transpose::yes});
+	gemms.push_back({weight, out, rows, in, Transpose::yes, Transpose::no});
+	gemms.push_back({input, rows, out, in, Transpose::no, Transpose::no});
+}
+
+// The GEMMs of one step of the GPT (models/gpt.cpp): every block's four linear layers and six
+// per-head attention products, and the tied embedding's output layer, each shape once with how
+// many times a step runs it in `repeats`.
+std::vector<StepGemm> gpt_step_gemms(const GptOptions& o, int64_t windows, std::vector<int>& repeats)
+{
+	const int64_t rows = windows * o.context, w = o.width, t = o.context, d = o.width / o.heads;
+	const int64_t heads = windows * o.heads;
+	const int layers = static_cast<int>(o.layers);
+	std::vector<StepGemm> gemms;
+	add_linear(gemms, "qkv x W^T", "qkv dz^T x", "qkv dz W", rows, w, 3 * w);
+	add_linear(gemms, "attn.proj x W^T", "attn.proj dz^T x", "attn.proj dz W", rows, w, w);
+	add_linear(gemms, "fc x W^T", "fc dz^T x", "fc dz W", rows, w, 4 * w);
+	add_linear(gemms, "mlp.proj x W^T", "mlp.proj dz^T x", "mlp.proj dz W", rows, 4 * w, w);
+	gemms.push_back({"scores q k^T", t, d, t, Transpose::no, Transpose::yes, heads});
+	gemms.push_back({"y = P v", t, t, d, Transpose::no, Transpose::no, heads});
+	gemms.push_back({"dP = dy v^T", t, d, t, Transpose::no, Transpose::yes, heads});
+	gemms.push_back({"dv = P^T dy", t, t, d, Transpose::yes, Transpose::no, heads});
+	gemms.push_back({"dq = dS k", t, t, d, Transpose::no, Transpose::no, heads});
+	gemms.push_back({"dk = dS^T q", t, t, d, Transpose::yes, Transpose::no, heads});
+	repeats.assign(gemms.size(), layers);
+	gemms.push_back({"logits x E^T", rows, w, o.vocab, Transpose::no, Transpose::yes});
+	gemms.push_back({"dx = dlogits E", rows, o.vocab, w, Transpose::no, Transpose::no});
+	gemms.push_back({"dE = dlogits^T x", o.vocab, rows, w, Transpose::yes, Transpose::no});
+	repeats.resize(gemms.size(), 1);
+	return gemms;
+}
+
 double flops(const StepGemm& g)
 {
-	return 2.0 * static_cast<double>(g.m) * static_cast<double>(g.k) * static_cast<double>(g.n);
+	return 2.0 * static_cast<double>(std::max<int64_t>(g.batch, 1)) * static_cast<double>(g.m) *
+	       static_cast<double>(g.k) * static_cast<double>(g.n);
 }
 
 // Seconds per call of `body`, after warm-up calls, over at least `min_seconds`.
@@ -70,15 +111,61 @@ struct Operands {
 
 Operands operands_for(const StepGemm& g, DType dtype)
 {
-	const Shape a = g.ta == Transpose::yes ? Shape{g.k, g.m} : Shape{g.m, g.k};
-	const Shape b = g.tb == Transpose::yes ? Shape{g.n, g.k} : Shape{g.k, g.n};
+	Shape a = g.ta == Transpose::yes ? Shape{g.k, g.m} : Shape{g.m, g.k};
+	Shape b = g.tb == Transpose::yes ? Shape{g.n, g.k} : Shape{g.k, g.n};
+	Shape c = {g.m, g.n};
+	if (g.batch > 0)
+		for (Shape* s : {&a, &b, &c})
+			s->insert(s->begin(), g.batch);
 	auto make = [&](const Shape& s, const char* name) {
 		const Tensor f32 = Tensor::from_host(seeded_uniform(name, 0, shape_numel(s), 1.0f), s, Device{});
 		Tensor t = Tensor::empty(s, dtype, Device{});
 		cpu_ops().cast(f32, t, false);
 		return t;
 	};
-	return {make(a, "a"), make(b, "b"), Tensor::zeros({g.m, g.n}, dtype, Device{})};
+	return {make(a, "a"), make(b, "b"), Tensor::zeros(c, dtype, Device{})};
+}
+
+double time_gemm(const StepGemm& g, DType dtype, double min_seconds)
+{
+	const Operands o = operands_for(g, dtype);
+	if (g.batch > 0)
+		return seconds_per_call([&] { cpu_ops().gemm_batched(g.ta, g.tb, 1.0f, o.a, o.b, 0.0f, o.c); }, min_seconds);
+	return seconds_per_call([&] { cpu_ops().gemm(g.ta, g.tb, 1.0f, o.a, o.b, 0.0f, o.c); }, min_seconds);
+}
+
+// The GPT's GEMMs alone: each shape's rate, the step's GEMMs back to back, and the largest shape's
+// rate, the core's GEMM peak for this model.
+int bench_gpt(const ModelConfig& config, int64_t windows, double min_seconds)
+{
+	const GptOptions o = gpt_options(config);
+	std::vector<int> repeats;
+	const auto gemms = gpt_step_gemms(o, windows, repeats);
+	std::printf("oneDNN %s, %s kernels, %d thread(s), %s, GPT %lld layers width %lld heads %lld context %lld, "
+		    "%lld windows\n",
+		    onednn_version(), onednn_isa(), cpu_threads(), std::string(dtype_name(config.precision)).c_str(),
+		    static_cast<long long>(o.layers), static_cast<long long>(o.width), static_cast<long long>(o.heads),
+		    static_cast<long long>(o.context), static_cast<long long>(windows));
+	std::printf("%-18s %6s %6s %6s %6s %6s %10s %14s\n", "GEMM", "batch", "M", "K", "N", "x/step", "ms",
+		    "GFLOP/s/core");
+	double seconds = 0.0, step_flops = 0.0, peak = 0.0, largest = 0.0;
+	for (size_t i = 0; i < gemms.size(); ++i) {
+		const StepGemm& g = gemms[i];
+		const double s = time_gemm(g, config.precision, min_seconds);
+		const double rate = flops(g) / s / 1e9 / cpu_threads();
+		seconds += repeats[i] * s;
+		step_flops += repeats[i] * flops(g);
+		if (flops(g) > largest) {
+			largest = flops(g);
+			peak = rate;
+		}
+		std::printf("%-18s %6lld %6lld %6lld %6lld %6d %10.3f %14.1f\n", g.role, static_cast<long long>(g.batch),
+			    static_cast<long long>(g.m), static_cast<long long>(g.k), static_cast<long long>(g.n),
+			    repeats[i], 1e3 * s, rate);
+	}
+	std::printf("the step's GEMMs alone: %.2f GFLOP in %.3f ms, %.1f GFLOP/s/core; largest shape %.1f GFLOP/s/core\n",
+		    step_flops / 1e9, 1e3 * seconds, step_flops / seconds / 1e9 / cpu_threads(), peak);
+	return 0;
 }
 
 } // namespace
@@ -91,7 +178,10 @@ int main(int argc, char** argv)
 	double min_seconds = 0.3;
 	int steps = 20;
 	int threads = 1;
-	app.add_option("--batch", batch, "samples per step");
+	std::string model_name = "mlp";
+	app.add_option("--model", model_name, "mlp (its GEMMs and its step) or gpt (its GEMMs alone)")
+		->check(CLI::IsMember({"mlp", "gpt"}));
+	app.add_option("--batch", batch, "samples per step (gpt: windows per step; default 8)");
 	app.add_option("--precision", precision, "fp32, fp16 or bf16");
 	app.add_option("--min-seconds", min_seconds, "time spent on each GEMM shape");
 	app.add_option("--steps", steps, "timed training steps");
@@ -102,6 +192,10 @@ int main(int argc, char** argv)
 	config.name = "mlp";
 	config.precision = parse_precision(precision);
 	const DType dtype = config.precision;
+	if (model_name == "gpt") {
+		config.name = "gpt";
+		return bench_gpt(config, app.count("--batch") > 0 ? batch : 8, min_seconds);
+	}
 	const auto gemms = mlp_step_gemms(batch, 1024, 2);
 
 	std::printf("oneDNN %s, %s kernels, %d thread(s), %s, MLP 784-1024-1024-10 batch %lld\n", onednn_version(),
@@ -109,9 +203,7 @@ int main(int argc, char** argv)
 	std::printf("%-14s %6s %6s %6s %12s %14s\n", "GEMM", "M", "K", "N", "ms", "GFLOP/s/core");
 	double gemm_seconds = 0.0, step_flops = 0.0;
 	for (const StepGemm& g : gemms) {
-		const Operands o = operands_for(g, dtype);
-		const double s = seconds_per_call([&] { cpu_ops().gemm(g.ta, g.tb, 1.0f, o.a, o.b, 0.0f, o.c); },
-						  min_seconds);
+		const double s = time_gemm(g, dtype, min_seconds);
 		gemm_seconds += s;
 		step_flops += flops(g);
 		std::printf("%-14s %6lld %6lld %6lld %12.3f %14.1f\n", g.role, static_cast<long long>(g.m),
