@@ -36,6 +36,25 @@ constexpr int64_t conv_workspace_per_image(const ConvGeometry& g, int64_t oc)
 // images: room for as many as fit in 128 MiB, at least one, at most the batch.
 int64_t conv_workspace_elements(const ConvGeometry& g, int64_t oc, int64_t batch, size_t element_bytes);
 
+// `batch` matrices [rows, cols] inside one tensor, for strided batched products: the first starts
+// at element `offset`, each row `ld` elements after the one before, each matrix `stride` elements
+// after the one before. Blocks of a batch of matrices (attention's causal blocks) are views of this
+// kind, with no copy.
+struct MatrixBatch {
+	Tensor tensor;
+	int64_t offset = 0;
+	int64_t batch = 0;
+	int64_t rows = 0;
+	int64_t cols = 0;
+	int64_t ld = 0;
+	int64_t stride = 0;
+};
+
+// Rows [row0, row0 + rows) and columns [col0, col0 + cols) of every item of a 3-D tensor [B, R, C].
+MatrixBatch block_of(const Tensor& t, int64_t row0, int64_t rows, int64_t col0, int64_t cols);
+// Rows [row0, row0 + rows) of every item, all columns.
+MatrixBatch rows_of(const Tensor& t, int64_t row0, int64_t rows);
+
 struct XentResult {
 	float loss = 0.0f;   // mean over the batch
 	int64_t correct = 0; // rows whose arg-max equals the label
@@ -114,7 +133,11 @@ public:
 	// Batched c[i] = alpha * op(a[i]) * op(b[i]) + beta * c[i] for 3-D a, b, c of one batch count
 	// (attention's per-head products).
 	virtual void gemm_batched(Transpose ta, Transpose tb, float alpha, const Tensor& a, const Tensor& b,
-				  float beta, const Tensor& c) const = 0;
+				  float beta, const Tensor& c) const;
+	// The same over strided views: c[i] = alpha * op(a[i]) * op(b[i]) + beta * c[i] for the matrices
+	// of three MatrixBatch views of one batch count (c's matrices must not overlap).
+	virtual void gemm_strided_batched(Transpose ta, Transpose tb, float alpha, const MatrixBatch& a,
+					  const MatrixBatch& b, float beta, const MatrixBatch& c) const = 0;
 
 	// The transformer's operations. x, y and their gradients are of the compute type; LayerNorm's
 	// gain and bias, their gradients and the row statistics are f32 (normalization is computed in
@@ -134,10 +157,11 @@ public:
 	virtual void gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) const = 0;
 
 	// Causal softmax of scores [N, T, T]: probs[n, i, j] = softmax over j <= i of scale * scores,
-	// and 0 for j > i (a position sees itself and the positions before it).
+	// and 0 for j > i (a position sees itself and the positions before it). Scores above the
+	// diagonal are never read (attention leaves blocks of them unwritten).
 	virtual void causal_softmax_forward(const Tensor& scores, float scale, const Tensor& probs) const = 0;
-	// dscores = scale * probs * (dprobs - sum_j probs * dprobs), 0 above the diagonal; dscores may
-	// be dprobs itself.
+	// dscores = scale * probs * (dprobs - sum_j probs * dprobs), 0 above the diagonal, where dprobs
+	// is never read; dscores may be dprobs itself.
 	virtual void causal_softmax_backward(const Tensor& probs, const Tensor& dprobs, float scale,
 					     const Tensor& dscores) const = 0;
 

@@ -46,6 +46,11 @@ struct BatchedGemmDims : GemmDims {
 BatchedGemmDims checked_batched_gemm_dims(Transpose ta, Transpose tb, const Tensor& a, const Tensor& b,
 					  const Tensor& c);
 
+// The sizes of strided batched c[i] = op(a[i]) op(b[i]) over MatrixBatch views: one batch count and
+// element type, fitting shapes, every view inside its tensor, c's matrices apart.
+GemmDims checked_strided_gemm_dims(Transpose ta, Transpose tb, const MatrixBatch& a, const MatrixBatch& b,
+				   const MatrixBatch& c);
+
 // LayerNorm: x and y [rows, C] of one compute type, gamma and beta f32 [C], mean and rstd f32
 // [rows]; returns the row count.
 int64_t check_layernorm(const Tensor& x, const Tensor& gamma, const Tensor& y, const Tensor& mean,

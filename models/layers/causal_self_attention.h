@@ -6,6 +6,7 @@
 
 #include "models/layers/linear.h"
 #include "models/layers/workspace.h"
+#include "models/kernels/ops.h"
 
 namespace tower {
 
@@ -26,6 +27,12 @@ private:
 	Shape scores_shape() const { return {batch_ * heads_, time_, time_}; }
 	// [B, H, T, D] viewed as [B * H, T, D], the batched products' layout.
 	Tensor per_head(const Tensor& t) const;
+	// The products by causal blocks of rows (queries) or columns (keys), skipping the blocks
+	// above the diagonal, where every probability is 0.
+	void scores_forward(const Ops& ops, const Tensor& scores) const;
+	void values_forward(const Ops& ops, const Tensor& yh) const;
+	void values_backward(const Ops& ops, const Tensor& dyh, const Tensor& dprobs, const Tensor& dv) const;
+	void scores_backward(const Ops& ops, const Tensor& dscores, const Tensor& dq, const Tensor& dk) const;
 
 	int64_t width_;
 	int64_t heads_;

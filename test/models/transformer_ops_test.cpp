@@ -1,4 +1,4 @@
-// The transformer's CPU ops against float64 references: batched GEMM, LayerNorm and its gradients,
+// The transformer's CPU ops against float64 references: batched and strided GEMMs, LayerNorm and its gradients,
 // GELU, the causal softmax and its gradient, head permutes, windows and embeddings, and their errors.
 #include <doctest/doctest.h>
 
@@ -72,6 +72,63 @@ TEST_CASE("batched gemm multiplies every item, transposed or not")
 			CAPTURE(tb);
 			check_near(c, want, 1e-5, "batched gemm");
 		}
+}
+
+TEST_CASE("strided batched gemm computes a block of each item and leaves the rest alone")
+{
+	const Ops& ops = ops_for(Device{});
+	// c's rows 1..3 and columns 2..7 of each item = a's rows 2..4 times b's rows 0..5 transposed,
+	// in f32 and bf16 (with ONEDNN_MAX_CPU_ISA=AVX2, bf16 runs on widened copies: the gaps
+	// between the block's rows must come back unchanged).
+	for (DType type : {DType::f32, DType::bf16}) {
+		const auto typed = [&](const Tensor& f32) {
+			Tensor t = Tensor::empty(f32.shape(), type, Device{});
+			ops.cast(f32, t, false);
+			return t;
+		};
+		const Tensor a = typed(random_tensor({2, 7, 5}, "a")), b = typed(random_tensor({2, 9, 5}, "b"));
+		const Tensor c = Tensor::empty({2, 8, 10}, type, Device{});
+		ops.fill(c, 7.0f);
+		ops.gemm_strided_batched(Transpose::no, Transpose::yes, 1.0f, rows_of(a, 2, 3), rows_of(b, 0, 6), 0.0f,
+					 block_of(c, 1, 3, 2, 6));
+		const Vec va = values(a), vb = values(b), vc = values(c);
+		Vec want(vc.size(), 7.0);
+		for (int64_t i = 0; i < 2; ++i)
+			for (int64_t r = 0; r < 3; ++r)
+				for (int64_t col = 0; col < 6; ++col) {
+					double sum = 0;
+					for (int64_t j = 0; j < 5; ++j)
+						sum += va[static_cast<size_t>(i * 35 + (2 + r) * 5 + j)] *
+						       vb[static_cast<size_t>(i * 45 + col * 5 + j)];
+					want[static_cast<size_t>(i * 80 + (1 + r) * 10 + 2 + col)] = sum;
+				}
+		CAPTURE(dtype_name(type));
+		check_near(c, want, type == DType::f32 ? 1e-5 : 2e-2, "strided batched gemm");
+		for (size_t e = 0; e < vc.size(); ++e)
+			if (want[e] == 7.0)
+				REQUIRE(vc[e] == 7.0);
+	}
+}
+
+TEST_CASE("strided batched gemm refuses views outside their tensor and results that overlap")
+{
+	const Ops& ops = ops_for(Device{});
+	const Tensor a = random_tensor({2, 4, 4}, "a"), b = random_tensor({2, 4, 4}, "b"), c = random_tensor({2, 4, 4}, "c");
+	CHECK_THROWS_AS(block_of(a, 2, 3, 0, 4), Error);
+	MatrixBatch past = rows_of(c, 0, 4);
+	past.offset = 1;
+	CHECK_THROWS_AS(ops.gemm_strided_batched(Transpose::no, Transpose::no, 1.0f, rows_of(a, 0, 4), rows_of(b, 0, 4),
+						  0.0f, past),
+			Error);
+	MatrixBatch overlapping = rows_of(c, 0, 4);
+	overlapping.stride = 4;
+	overlapping.batch = 2;
+	CHECK_THROWS_AS(ops.gemm_strided_batched(Transpose::no, Transpose::no, 1.0f, rows_of(a, 0, 4), rows_of(b, 0, 4),
+						  0.0f, overlapping),
+			Error);
+	CHECK_THROWS_AS(ops.gemm_strided_batched(Transpose::no, Transpose::no, 1.0f, rows_of(a, 0, 3), rows_of(b, 0, 4),
+						  0.0f, rows_of(c, 0, 4)),
+			Error);
 }
 
 TEST_CASE("layernorm forward and its three gradients match float64")

@@ -21,9 +21,14 @@ struct GemmKey {
 	DType dtype;
 	float alpha, beta;
 	DType result = dtype; // c's type: dtype, or f32 for a 16-bit gradient written straight into f32
-	int64_t batch = 0;    // > 0: that many products of contiguous [rows, ld] items (gemm_batched)
+	int64_t batch = 0;    // > 0: that many products, each operand's items the stride below apart
+	int64_t stride_a = 0, stride_b = 0, stride_c = 0;
 
-	auto tie() const { return std::tie(m, n, k, lda, ldb, ldc, ta, tb, dtype, alpha, beta, result, batch); }
+	auto tie() const
+	{
+		return std::tie(m, n, k, lda, ldb, ldc, ta, tb, dtype, alpha, beta, result, batch, stride_a, stride_b,
+				stride_c);
+	}
 	bool operator<(const GemmKey& o) const { return tie() < o.tie(); }
 };
 
@@ -34,26 +39,26 @@ dnnl::memory::desc operand_desc(int64_t rows, int64_t cols, int64_t ld, bool tra
 	return dnnl::memory::desc({rows, cols}, dnnl_type(dtype), strides);
 }
 
-// The same for a batch of contiguous items, each `item` elements after the one before.
-dnnl::memory::desc batched_desc(int64_t batch, int64_t rows, int64_t cols, int64_t ld, bool transposed, DType dtype)
+// The same for a batch of items, each `item` elements after the one before.
+dnnl::memory::desc batched_desc(int64_t batch, int64_t rows, int64_t cols, int64_t ld, int64_t item, bool transposed,
+				DType dtype)
 {
-	const int64_t item = ld * (transposed ? cols : rows);
 	const dnnl::memory::dims strides = transposed ? dnnl::memory::dims{item, 1, ld} : dnnl::memory::dims{item, ld, 1};
 	return dnnl::memory::desc({batch, rows, cols}, dnnl_type(dtype), strides);
 }
 
-dnnl::memory::desc gemm_operand(const GemmKey& key, int64_t rows, int64_t cols, int64_t ld, bool transposed,
-				DType dtype)
+dnnl::memory::desc gemm_operand(const GemmKey& key, int64_t rows, int64_t cols, int64_t ld, int64_t item,
+				bool transposed, DType dtype)
 {
-	return key.batch > 0 ? batched_desc(key.batch, rows, cols, ld, transposed, dtype)
+	return key.batch > 0 ? batched_desc(key.batch, rows, cols, ld, item, transposed, dtype)
 			     : operand_desc(rows, cols, ld, transposed, dtype);
 }
 
 std::unique_ptr<DnnlPrimitive> make_matmul(const GemmKey& key, DType dtype, DType result)
 {
-	const auto a = gemm_operand(key, key.m, key.k, key.lda, key.ta, dtype);
-	const auto b = gemm_operand(key, key.k, key.n, key.ldb, key.tb, dtype);
-	const auto c = gemm_operand(key, key.m, key.n, key.ldc, false, result);
+	const auto a = gemm_operand(key, key.m, key.k, key.lda, key.stride_a, key.ta, dtype);
+	const auto b = gemm_operand(key, key.k, key.n, key.ldb, key.stride_b, key.tb, dtype);
+	const auto c = gemm_operand(key, key.m, key.n, key.ldc, key.stride_c, false, result);
 	dnnl::primitive_attr attr;
 	attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
 	if (key.alpha != 1.0f)
@@ -148,8 +153,10 @@ void run_plan(GemmPlan& plan, const GemmKey& key, const Tensor& a, const Tensor&
 		plan.primitive->run({{DNNL_ARG_SRC, a.data()}, {DNNL_ARG_WEIGHTS, b.data()}, {DNNL_ARG_DST, c.data()}});
 		return;
 	}
-	// Views where a tensor is f32 already; c is read only when beta adds to it.
-	const F32Copy fa(a, true), fc(c, key.beta != 0.0f);
+	// Views where a tensor is f32 already; c is read when beta adds to it, or when c is a strided
+	// view with elements between its matrices' entries, which the store must give back unchanged.
+	const bool c_gaps = key.batch > 0 && (key.ldc != key.n || key.stride_c != key.m * key.ldc);
+	const F32Copy fa(a, true), fc(c, key.beta != 0.0f || c_gaps);
 	std::optional<F32Copy> fb;
 	const float* b_data = nullptr;
 	if (plan.b_pitch > 0) {
@@ -201,19 +208,34 @@ void CpuOps::gemm(Transpose ta, Transpose tb, float alpha, const Tensor& a, cons
 	run_cached(key, a, b, c);
 }
 
-void CpuOps::gemm_batched(Transpose ta, Transpose tb, float alpha, const Tensor& a, const Tensor& b, float beta,
-			  const Tensor& c) const
+namespace {
+
+// The elements a view spans, from its first on, as a flat tensor: what the plans run on.
+Tensor span_of(const MatrixBatch& v)
 {
-	const BatchedGemmDims d = checked_batched_gemm_dims(ta, tb, a, b, c);
-	for (const Tensor* t : {&a, &b, &c})
-		expect_on(*t, Device{}, "batched gemm operand");
-	if (d.batch == 0 || d.m == 0 || d.n == 0)
+	const int64_t extent = (v.batch - 1) * v.stride + (v.rows - 1) * v.ld + v.cols;
+	auto* first = static_cast<char*>(v.tensor.data()) + static_cast<size_t>(v.offset) * dtype_size(v.tensor.dtype());
+	return Tensor::view(first, {extent}, v.tensor.dtype(), v.tensor.device());
+}
+
+} // namespace
+
+void CpuOps::gemm_strided_batched(Transpose ta, Transpose tb, float alpha, const MatrixBatch& a, const MatrixBatch& b,
+				  float beta, const MatrixBatch& c) const
+{
+	const GemmDims d = checked_strided_gemm_dims(ta, tb, a, b, c);
+	for (const MatrixBatch* v : {&a, &b, &c})
+		expect_on(v->tensor, Device{}, "batched gemm operand");
+	if (c.batch == 0 || d.m == 0 || d.n == 0)
 		return;
-	TOWER_CHECK(d.k > 0, "batched gemm over an empty inner dimension ({})", shape_text(a.shape()));
-	GemmKey key{d.m,		      d.n, d.k, a.dim(2), b.dim(2), c.dim(2), ta == Transpose::yes,
-		    tb == Transpose::yes, a.dtype(), alpha, beta, a.dtype()};
-	key.batch = d.batch;
-	run_cached(key, a, b, c);
+	TOWER_CHECK(d.k > 0, "batched gemm over an empty inner dimension ({} x [{}, {}])", a.batch, a.rows, a.cols);
+	GemmKey key{d.m,		      d.n, d.k, a.ld, b.ld, c.ld, ta == Transpose::yes,
+		    tb == Transpose::yes, a.tensor.dtype(), alpha, beta, a.tensor.dtype()};
+	key.batch = c.batch;
+	key.stride_a = a.stride;
+	key.stride_b = b.stride;
+	key.stride_c = c.stride;
+	run_cached(key, span_of(a), span_of(b), span_of(c));
 }
 
 bool CpuOps::gemm_into_f32(Transpose ta, Transpose tb, float alpha, const Tensor& a, const Tensor& b, float beta,

@@ -126,23 +126,25 @@ bool CudaOps::gemm_into_f32(Transpose ta, Transpose tb, float alpha, const Tenso
 	return true;
 }
 
-void CudaOps::gemm_batched(Transpose ta, Transpose tb, float alpha, const Tensor& a, const Tensor& b, float beta,
-			   const Tensor& c) const
+void CudaOps::gemm_strided_batched(Transpose ta, Transpose tb, float alpha, const MatrixBatch& a,
+				   const MatrixBatch& b, float beta, const MatrixBatch& c) const
 {
-	const BatchedGemmDims d = checked_batched_gemm_dims(ta, tb, a, b, c);
-	for (const Tensor* t : {&a, &b, &c})
-		expect_here(*t, "batched gemm operand");
-	if (d.batch == 0 || d.m == 0 || d.n == 0)
+	const GemmDims d = checked_strided_gemm_dims(ta, tb, a, b, c);
+	for (const MatrixBatch* v : {&a, &b, &c})
+		expect_here(v->tensor, "batched gemm operand");
+	if (c.batch == 0 || d.m == 0 || d.n == 0)
 		return;
-	// Column-major as in gemm(): the operands swap places; each item follows the one before.
+	// Column-major as in gemm(): the operands swap places; each item lies `stride` after the last.
 	const auto flag = [](Transpose t) { return t == Transpose::yes ? CUBLAS_OP_T : CUBLAS_OP_N; };
-	const cudaDataType_t type = cublas_type(c.dtype());
+	const auto first = [](const MatrixBatch& v) {
+		return static_cast<char*>(v.tensor.data()) + static_cast<size_t>(v.offset) * dtype_size(v.tensor.dtype());
+	};
+	const cudaDataType_t type = cublas_type(c.tensor.dtype());
 	check_cublas(cublasGemmStridedBatchedEx(blas(), flag(tb), flag(ta), static_cast<int>(d.n), static_cast<int>(d.m),
-						static_cast<int>(d.k), &alpha, b.data(), type, static_cast<int>(b.dim(2)),
-						b.dim(1) * b.dim(2), a.data(), type, static_cast<int>(a.dim(2)),
-						a.dim(1) * a.dim(2), &beta, c.data(), type, static_cast<int>(c.dim(2)),
-						c.dim(1) * c.dim(2), static_cast<int>(d.batch), CUBLAS_COMPUTE_32F,
-						CUBLAS_GEMM_DEFAULT),
+						static_cast<int>(d.k), &alpha, first(b), type, static_cast<int>(b.ld),
+						b.stride, first(a), type, static_cast<int>(a.ld), a.stride, &beta,
+						first(c), type, static_cast<int>(c.ld), c.stride, static_cast<int>(c.batch),
+						CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
 		     "cublasGemmStridedBatchedEx");
 }
 

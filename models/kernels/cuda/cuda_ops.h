@@ -33,8 +33,8 @@ public:
 	void softmax_xent_backward(const Tensor& probs, const Tensor& labels, const Tensor& dlogits,
 				   float scale) const override;
 	void cast(const Tensor& src, const Tensor& dst, bool accumulate) const override;
-	void gemm_batched(Transpose ta, Transpose tb, float alpha, const Tensor& a, const Tensor& b, float beta,
-			  const Tensor& c) const override;
+	void gemm_strided_batched(Transpose ta, Transpose tb, float alpha, const MatrixBatch& a, const MatrixBatch& b,
+				  float beta, const MatrixBatch& c) const override;
 	void layernorm_forward(const Tensor& x, const Tensor& gamma, const Tensor& beta, float eps, const Tensor& y,
 			       const Tensor& mean, const Tensor& rstd) const override;
 	void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
