@@ -53,7 +53,16 @@ constexpr float gelu_c = 0.044715f;
 
 } // namespace
 
-void gelu_f32(const float* __restrict x, float* __restrict y, int64_t n)
+// These loops are bound by arithmetic (the exp polynomial and a division per element), so they
+// are also compiled for AVX-512, picked at load time where the CPU has it: 16 lanes instead of 8.
+// Each element goes through the same operations at either width, so the bits are the same.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define TOWER_WIDE_CLONES __attribute__((target_clones("avx512f", "default")))
+#else
+#define TOWER_WIDE_CLONES
+#endif
+
+TOWER_WIDE_CLONES void gelu_f32(const float* __restrict x, float* __restrict y, int64_t n)
 {
 	for (int64_t i = 0; i < n; ++i) {
 		const float v = x[i];
@@ -61,7 +70,7 @@ void gelu_f32(const float* __restrict x, float* __restrict y, int64_t n)
 	}
 }
 
-void gelu_backward_f32(const float* __restrict x, const float* __restrict dy, float* __restrict dx, int64_t n)
+TOWER_WIDE_CLONES void gelu_backward_f32(const float* __restrict x, const float* __restrict dy, float* __restrict dx, int64_t n)
 {
 	for (int64_t i = 0; i < n; ++i) {
 		const float v = x[i];
@@ -70,7 +79,7 @@ void gelu_backward_f32(const float* __restrict x, const float* __restrict dy, fl
 	}
 }
 
-void exp_shifted_f32(const float* __restrict x, float shift, float scale, float* __restrict y, int64_t n)
+TOWER_WIDE_CLONES void exp_shifted_f32(const float* __restrict x, float shift, float scale, float* __restrict y, int64_t n)
 {
 	for (int64_t i = 0; i < n; ++i)
 		y[i] = vector_exp(scale * (x[i] - shift));
