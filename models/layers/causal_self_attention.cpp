@@ -30,19 +30,24 @@ Tensor CausalSelfAttention::per_head(const Tensor& t) const
 
 namespace {
 
-// Queries (and keys) go by blocks of this many positions: block i of queries sees the keys of blocks
-// 0..i only, so at T = 128 the products cover 5/8 of the T x T square rather than all of it.
-constexpr int64_t causal_block = 32;
-
 // Calls body(first, count) for each block of [0, t).
 template <class Body>
 void for_each_block(int64_t t, Body&& body)
 {
-	for (int64_t first = 0; first < t; first += causal_block)
-		body(first, std::min(causal_block, t - first));
+	for (int64_t first = 0; first < t; first += causal_block_positions)
+		body(first, std::min(causal_block_positions, t - first));
 }
 
 } // namespace
+
+double causal_block_share(int64_t t)
+{
+	double computed = 0.0;
+	for_each_block(t, [&](int64_t first, int64_t count) {
+		computed += static_cast<double>(count) * static_cast<double>(first + count);
+	});
+	return t > 0 ? computed / (static_cast<double>(t) * static_cast<double>(t)) : 0.0;
+}
 
 // Scores q k^T of each block of queries against the keys up to its last position.
 void CausalSelfAttention::scores_forward(const Ops& ops, const Tensor& scores) const

@@ -10,6 +10,13 @@
 
 namespace tower {
 
+// Attention goes by blocks of this many positions: block i of queries sees the keys of blocks 0..i
+// only, so at T = 128 the products cover 5/8 of the T x T square rather than all of it.
+constexpr int64_t causal_block_positions = 32;
+
+// The share of the T x T products the blocks compute at context t.
+double causal_block_share(int64_t t);
+
 class CausalSelfAttention {
 public:
 	// qkv: [3 * width, width] and [3 * width] (queries, keys, values in that order, each split

@@ -13,6 +13,7 @@
 #include "runtime/options/run_fields.h"
 #include "models/kernels/cpu/cpu_threads.h"
 #include "models/init.h"
+#include "models/layers/causal_self_attention.h"
 #include "models/model_factory.h"
 #include "models/kernels/ops.h"
 
@@ -21,12 +22,14 @@ using namespace tower;
 namespace {
 
 // One GEMM of a training step: c[m, n] = op(a)[m, k] * op(b)[k, n], `batch` of them at once
-// through gemm_batched when batch > 0 (attention's per-head products).
+// through gemm_batched when batch > 0 (attention's per-head products, timed whole here; the step
+// computes `share` of them, by causal blocks).
 struct StepGemm {
 	const char* role;
 	int64_t m, k, n;
 	Transpose ta, tb;
 	int64_t batch = 0;
+	double share = 1.0;
 };
 
 // The GEMMs of one step of the MLP 784 -> hidden (x depth) -> 10, in the order Linear issues them.
@@ -69,12 +72,13 @@ std::vector<StepGemm> gpt_step_gemms(const GptOptions& o, int64_t windows, std::
 	add_linear(gemms, "attn.proj x W^T", "attn.proj dz^T x", "attn.proj dz W", rows, w, w);
 	add_linear(gemms, "fc x W^T", "fc dz^T x", "fc dz W", rows, w, 4 * w);
 	add_linear(gemms, "mlp.proj x W^T", "mlp.proj dz^T x", "mlp.proj dz W", rows, 4 * w, w);
-	gemms.push_back({"scores q k^T", t, d, t, Transpose::no, Transpose::yes, heads});
-	gemms.push_back({"y = P v", t, t, d, Transpose::no, Transpose::no, heads});
-	gemms.push_back({"dP = dy v^T", t, d, t, Transpose::no, Transpose::yes, heads});
-	gemms.push_back({"dv = P^T dy", t, t, d, Transpose::yes, Transpose::no, heads});
-	gemms.push_back({"dq = dS k", t, t, d, Transpose::no, Transpose::no, heads});
-	gemms.push_back({"dk = dS^T q", t, t, d, Transpose::yes, Transpose::no, heads});
+	const double share = causal_block_share(t);
+	gemms.push_back({"scores q k^T", t, d, t, Transpose::no, Transpose::yes, heads, share});
+	gemms.push_back({"y = P v", t, t, d, Transpose::no, Transpose::no, heads, share});
+	gemms.push_back({"dP = dy v^T", t, d, t, Transpose::no, Transpose::yes, heads, share});
+	gemms.push_back({"dv = P^T dy", t, t, d, Transpose::yes, Transpose::no, heads, share});
+	gemms.push_back({"dq = dS k", t, t, d, Transpose::no, Transpose::no, heads, share});
+	gemms.push_back({"dk = dS^T q", t, t, d, Transpose::yes, Transpose::no, heads, share});
 	repeats.assign(gemms.size(), layers);
 	gemms.push_back({"logits x E^T", rows, w, o.vocab, Transpose::no, Transpose::yes});
 	gemms.push_back({"dx = dlogits E", rows, o.vocab, w, Transpose::no, Transpose::no});
@@ -148,13 +152,15 @@ int bench_gpt(const ModelConfig& config, int64_t windows, double min_seconds)
 		    static_cast<long long>(o.context), static_cast<long long>(windows));
 	std::printf("%-18s %6s %6s %6s %6s %6s %10s %14s\n", "GEMM", "batch", "M", "K", "N", "x/step", "ms",
 		    "GFLOP/s/core");
+	// Attention's products are timed whole; the step computes their causal share, counted as that
+	// share of the time and of the FLOPs.
 	double seconds = 0.0, step_flops = 0.0, peak = 0.0, largest = 0.0;
 	for (size_t i = 0; i < gemms.size(); ++i) {
 		const StepGemm& g = gemms[i];
 		const double s = time_gemm(g, config.precision, min_seconds);
 		const double rate = flops(g) / s / 1e9 / cpu_threads();
-		seconds += repeats[i] * s;
-		step_flops += repeats[i] * flops(g);
+		seconds += repeats[i] * g.share * s;
+		step_flops += repeats[i] * g.share * flops(g);
 		if (flops(g) > largest) {
 			largest = flops(g);
 			peak = rate;
@@ -163,6 +169,8 @@ int bench_gpt(const ModelConfig& config, int64_t windows, double min_seconds)
 			    static_cast<long long>(g.m), static_cast<long long>(g.k), static_cast<long long>(g.n),
 			    repeats[i], 1e3 * s, rate);
 	}
+	std::printf("attention's products are timed whole; the step computes %.3f of them (causal blocks of %lld)\n",
+		    causal_block_share(o.context), static_cast<long long>(causal_block_positions));
 	std::printf("the step's GEMMs alone: %.2f GFLOP in %.3f ms, %.1f GFLOP/s/core; largest shape %.1f GFLOP/s/core\n",
 		    step_flops / 1e9, 1e3 * seconds, step_flops / seconds / 1e9 / cpu_threads(), peak);
 	return 0;

@@ -73,19 +73,4 @@ void F32Copy::store() const
 		narrow_from_f32(f32_.data_as<float>(), original_);
 }
 
-F32Piece::F32Piece(const Tensor& t, int64_t start, int64_t count, float* scratch, bool load)
-	: original_(t), start_(start), count_(count), data_(scratch)
-{
-	if (t.dtype() == DType::f32)
-		data_ = t.data_as<float>() + start;
-	else if (load)
-		widen_range(t, start, count, scratch);
-}
-
-void F32Piece::store() const
-{
-	if (original_.dtype() != DType::f32)
-		narrow_range(data_, original_, start_, count_);
-}
-
 } // namespace tower

@@ -7,6 +7,13 @@
 
 namespace tower {
 
+// Widens f32/f16/bf16 elements to f32, or rounds f32 to the destination's type.
+void widen_to_f32(const Tensor& src, float* out);
+void narrow_from_f32(const float* in, const Tensor& dst);
+// The same for the `count` elements from element `start` on.
+void widen_range(const Tensor& src, int64_t start, int64_t count, float* out);
+void narrow_range(const float* in, const Tensor& dst, int64_t start, int64_t count);
+
 // The CPU backend computes in f32 whatever the compute type: f16 and bf16 operands are widened
 // into a temporary f32 tensor, and outputs are rounded back once, when store() is called.
 class F32Copy {
@@ -34,15 +41,29 @@ private:
 // arithmetic and the one rounding on store() are the same as F32Copy's, so are the bits.
 class F32Piece {
 public:
-	F32Piece(const Tensor& t, int64_t start, int64_t count, float* scratch, bool load);
+	// Inline, and holding the tensor by reference, since it runs once per row: an f32 piece costs
+	// a pointer addition. A temporary tensor would not outlive the piece, hence the deleted overload.
+	F32Piece(const Tensor& t, int64_t start, int64_t count, float* scratch, bool load)
+		: original_(t), start_(start), count_(count), data_(scratch)
+	{
+		if (t.dtype() == DType::f32)
+			data_ = t.data_as<float>() + start;
+		else if (load)
+			widen_range(t, start, count, scratch);
+	}
+	F32Piece(Tensor&&, int64_t, int64_t, float*, bool) = delete;
 	F32Piece(const F32Piece&) = delete;
 	F32Piece& operator=(const F32Piece&) = delete;
 
 	float* data() const { return data_; }
-	void store() const;
+	void store() const
+	{
+		if (original_.dtype() != DType::f32)
+			narrow_range(data_, original_, start_, count_);
+	}
 
 private:
-	Tensor original_;
+	const Tensor& original_;
 	int64_t start_;
 	int64_t count_;
 	float* data_;
@@ -59,11 +80,5 @@ void for_each_piece(int64_t n, int64_t piece, Body&& body)
 		body(start, std::min(piece, n - start));
 }
 
-// Widens f32/f16/bf16 elements to f32, or rounds f32 to the destination's type.
-void widen_to_f32(const Tensor& src, float* out);
-void narrow_from_f32(const float* in, const Tensor& dst);
-// The same for the `count` elements from element `start` on.
-void widen_range(const Tensor& src, int64_t start, int64_t count, float* out);
-void narrow_range(const float* in, const Tensor& dst, int64_t start, int64_t count);
 
 } // namespace tower
