@@ -36,10 +36,11 @@ constexpr int64_t conv_workspace_per_image(const ConvGeometry& g, int64_t oc)
 // images: room for as many as fit in 128 MiB, at least one, at most the batch.
 int64_t conv_workspace_elements(const ConvGeometry& g, int64_t oc, int64_t batch, size_t element_bytes);
 
-// `batch` matrices [rows, cols] inside one tensor, for strided batched products: the first starts
-// at element `offset`, each row `ld` elements after the one before, each matrix `stride` elements
-// after the one before. Blocks of a batch of matrices (attention's causal blocks) are views of this
-// kind, with no copy.
+// `groups * batch` matrices [rows, cols] inside one tensor, for strided batched products: matrix
+// (g, i) starts at element offset + g * group_stride + i * stride, each of its rows `ld` elements
+// after the one before. Blocks of a batch of matrices (attention's causal blocks) and the heads
+// inside rows of a [B, T, heads * D] tensor (groups B, batch heads, stride D, ld heads * D) are
+// views of this kind, with no copy.
 struct MatrixBatch {
 	Tensor tensor;
 	int64_t offset = 0;
@@ -48,12 +49,24 @@ struct MatrixBatch {
 	int64_t cols = 0;
 	int64_t ld = 0;
 	int64_t stride = 0;
+	int64_t groups = 1;
+	int64_t group_stride = 0;
+
+	// Rows [row0, row0 + count) and columns [col0, col0 + count) of every matrix.
+	MatrixBatch row_range(int64_t row0, int64_t count) const;
+	MatrixBatch col_range(int64_t col0, int64_t count) const;
+	// The same matrices as `groups` groups of batch / groups (a view of one group to begin with):
+	// for products with views that are grouped.
+	MatrixBatch grouped(int64_t groups) const;
 };
 
 // Rows [row0, row0 + rows) and columns [col0, col0 + cols) of every item of a 3-D tensor [B, R, C].
 MatrixBatch block_of(const Tensor& t, int64_t row0, int64_t rows, int64_t col0, int64_t cols);
 // Rows [row0, row0 + rows) of every item, all columns.
 MatrixBatch rows_of(const Tensor& t, int64_t row0, int64_t rows);
+// The heads of `rows` [B * T, W'] from column `col0` on: `heads` matrices [T, D] per sequence,
+// side by side in each row (matrix (b, h) is rows b * T .. b * T + T - 1, columns col0 + h * D ..).
+MatrixBatch heads_in_rows(const Tensor& rows, int64_t sequences, int64_t col0, int64_t heads, int64_t d);
 
 struct XentResult {
 	float loss = 0.0f;   // mean over the batch
@@ -135,7 +148,7 @@ public:
 	virtual void gemm_batched(Transpose ta, Transpose tb, float alpha, const Tensor& a, const Tensor& b,
 				  float beta, const Tensor& c) const;
 	// The same over strided views: c[i] = alpha * op(a[i]) * op(b[i]) + beta * c[i] for the matrices
-	// of three MatrixBatch views of one batch count (c's matrices must not overlap).
+	// of three MatrixBatch views of one batch and group count (c's matrices must not share elements).
 	virtual void gemm_strided_batched(Transpose ta, Transpose tb, float alpha, const MatrixBatch& a,
 					  const MatrixBatch& b, float beta, const MatrixBatch& c) const = 0;
 

@@ -23,11 +23,6 @@ std::vector<Parameter*> CausalSelfAttention::parameters()
 	return all;
 }
 
-Tensor CausalSelfAttention::per_head(const Tensor& t) const
-{
-	return t.reshaped({batch_ * heads_, time_, width_ / heads_});
-}
-
 namespace {
 
 // Calls body(first, count) for each block of [0, t).
@@ -49,52 +44,62 @@ double causal_block_share(int64_t t)
 	return t > 0 ? computed / (static_cast<double>(t) * static_cast<double>(t)) : 0.0;
 }
 
+MatrixBatch CausalSelfAttention::heads_of(const Tensor& rows, int64_t col0) const
+{
+	return heads_in_rows(rows, batch_, col0, heads_, width_ / heads_);
+}
+
+MatrixBatch CausalSelfAttention::scores_block(const Tensor& scores, int64_t row0, int64_t rows, int64_t col0,
+					      int64_t cols) const
+{
+	return block_of(scores, row0, rows, col0, cols).grouped(batch_);
+}
+
 // Scores q k^T of each block of queries against the keys up to its last position.
 void CausalSelfAttention::scores_forward(const Ops& ops, const Tensor& scores) const
 {
-	const Tensor q = per_head(q_), k = per_head(k_);
+	const MatrixBatch q = heads_of(qkv_rows_, 0), k = heads_of(qkv_rows_, width_);
 	for_each_block(time_, [&](int64_t r0, int64_t rows) {
-		ops.gemm_strided_batched(Transpose::no, Transpose::yes, 1.0f, rows_of(q, r0, rows), rows_of(k, 0, r0 + rows),
-					 0.0f, block_of(scores, r0, rows, 0, r0 + rows));
+		ops.gemm_strided_batched(Transpose::no, Transpose::yes, 1.0f, q.row_range(r0, rows), k.row_range(0, r0 + rows),
+					 0.0f, scores_block(scores, r0, rows, 0, r0 + rows));
 	});
 }
 
 // y = P v, block of queries by block: probabilities past a block's last position are 0.
-void CausalSelfAttention::values_forward(const Ops& ops, const Tensor& yh) const
+void CausalSelfAttention::values_forward(const Ops& ops, const Tensor& y) const
 {
-	const Tensor v = per_head(v_), y = per_head(yh);
+	const MatrixBatch v = heads_of(qkv_rows_, 2 * width_), yh = heads_of(y, 0);
 	for_each_block(time_, [&](int64_t r0, int64_t rows) {
-		ops.gemm_strided_batched(Transpose::no, Transpose::no, 1.0f, block_of(probs_, r0, rows, 0, r0 + rows),
-					 rows_of(v, 0, r0 + rows), 0.0f, rows_of(y, r0, rows));
+		ops.gemm_strided_batched(Transpose::no, Transpose::no, 1.0f, scores_block(probs_, r0, rows, 0, r0 + rows),
+					 v.row_range(0, r0 + rows), 0.0f, yh.row_range(r0, rows));
 	});
 }
 
 // dP = dy v^T by blocks of queries; dv = P^T dy by blocks of keys, each from the queries at or
 // after its first position (the others gave it probability 0).
-void CausalSelfAttention::values_backward(const Ops& ops, const Tensor& dyh, const Tensor& dprobs,
-					  const Tensor& dv) const
+void CausalSelfAttention::values_backward(const Ops& ops, const Tensor& dy, const Tensor& dprobs,
+					  const Tensor& dqkv) const
 {
-	const Tensor v = per_head(v_), dy = per_head(dyh), dvh = per_head(dv);
+	const MatrixBatch v = heads_of(qkv_rows_, 2 * width_), dyh = heads_of(dy, 0), dv = heads_of(dqkv, 2 * width_);
 	for_each_block(time_, [&](int64_t r0, int64_t rows) {
-		ops.gemm_strided_batched(Transpose::no, Transpose::yes, 1.0f, rows_of(dy, r0, rows), rows_of(v, 0, r0 + rows),
-					 0.0f, block_of(dprobs, r0, rows, 0, r0 + rows));
-		ops.gemm_strided_batched(Transpose::yes, Transpose::no, 1.0f,
-					 block_of(probs_, r0, time_ - r0, r0, rows), rows_of(dy, r0, time_ - r0), 0.0f,
-					 rows_of(dvh, r0, rows));
+		ops.gemm_strided_batched(Transpose::no, Transpose::yes, 1.0f, dyh.row_range(r0, rows),
+					 v.row_range(0, r0 + rows), 0.0f, scores_block(dprobs, r0, rows, 0, r0 + rows));
+		ops.gemm_strided_batched(Transpose::yes, Transpose::no, 1.0f, scores_block(probs_, r0, time_ - r0, r0, rows),
+					 dyh.row_range(r0, time_ - r0), 0.0f, dv.row_range(r0, rows));
 	});
 }
 
 // dq = dS k by blocks of queries; dk = dS^T q by blocks of keys, as above.
-void CausalSelfAttention::scores_backward(const Ops& ops, const Tensor& dscores, const Tensor& dq,
-					  const Tensor& dk) const
+void CausalSelfAttention::scores_backward(const Ops& ops, const Tensor& dscores, const Tensor& dqkv) const
 {
-	const Tensor q = per_head(q_), k = per_head(k_), dqh = per_head(dq), dkh = per_head(dk);
+	const MatrixBatch q = heads_of(qkv_rows_, 0), k = heads_of(qkv_rows_, width_);
+	const MatrixBatch dq = heads_of(dqkv, 0), dk = heads_of(dqkv, width_);
 	for_each_block(time_, [&](int64_t r0, int64_t rows) {
-		ops.gemm_strided_batched(Transpose::no, Transpose::no, 1.0f, block_of(dscores, r0, rows, 0, r0 + rows),
-					 rows_of(k, 0, r0 + rows), 0.0f, rows_of(dqh, r0, rows));
+		ops.gemm_strided_batched(Transpose::no, Transpose::no, 1.0f, scores_block(dscores, r0, rows, 0, r0 + rows),
+					 k.row_range(0, r0 + rows), 0.0f, dq.row_range(r0, rows));
 		ops.gemm_strided_batched(Transpose::yes, Transpose::no, 1.0f,
-					 block_of(dscores, r0, time_ - r0, r0, rows), rows_of(q, r0, time_ - r0), 0.0f,
-					 rows_of(dkh, r0, rows));
+					 scores_block(dscores, r0, time_ - r0, r0, rows), q.row_range(r0, time_ - r0), 0.0f,
+					 dk.row_range(r0, rows));
 	});
 }
 
@@ -106,13 +111,9 @@ const Tensor& CausalSelfAttention::forward(const Tensor& x, int64_t batch)
 	const DType type = x.dtype();
 	batch_ = batch;
 	time_ = x.dim(0) / batch;
-	const Tensor qkv = qkv_.forward(x).reshaped({batch_, time_, 3 * width_});
-	q_ = q_ws_.get(heads_shape(), type, x.device());
-	k_ = k_ws_.get(heads_shape(), type, x.device());
-	v_ = v_ws_.get(heads_shape(), type, x.device());
-	ops.permute_heads(qkv, 0, q_, true);
-	ops.permute_heads(qkv, width_, k_, true);
-	ops.permute_heads(qkv, 2 * width_, v_, true);
+	// Queries, keys and values stay where the projection wrote them, [B * T, 3 * width]: the
+	// products read each head in place (heads_in_rows), so no head is copied anywhere.
+	qkv_rows_ = qkv_.forward(x);
 	// Scores q k^T for each position and those before it, scaled by 1/sqrt(head width) inside the
 	// softmax; the softmax reads no score past a query's position and gives those keys 0.
 	const Tensor& scores = scores_ws_.get(scores_shape(), type, x.device());
@@ -120,11 +121,9 @@ const Tensor& CausalSelfAttention::forward(const Tensor& x, int64_t batch)
 	probs_ = probs_ws_.get(scores_shape(), type, x.device());
 	const float scale = 1.0f / std::sqrt(static_cast<float>(width_ / heads_));
 	ops.causal_softmax_forward(scores, scale, probs_);
-	const Tensor& yh = yh_ws_.get(heads_shape(), type, x.device());
-	values_forward(ops, yh);
-	const Tensor& y = y_ws_.get({batch_, time_, width_}, type, x.device());
-	ops.permute_heads(y, 0, yh, false);
-	return proj_.forward(y.reshaped({batch_ * time_, width_}));
+	const Tensor& y = y_ws_.get({batch_ * time_, width_}, type, x.device());
+	values_forward(ops, y);
+	return proj_.forward(y);
 }
 
 const Tensor& CausalSelfAttention::backward(const Tensor& dy, const BackwardArgs& args)
@@ -134,25 +133,19 @@ const Tensor& CausalSelfAttention::backward(const Tensor& dy, const BackwardArgs
 	const DType type = dy.dtype();
 	BackwardArgs inner = args;
 	inner.need_input_grad = true;
-	const Tensor dy_rows = proj_.backward(dy, inner).reshaped({batch_, time_, width_});
-	const Tensor& dyh = dyh_ws_.get(heads_shape(), type, dy.device());
-	ops.permute_heads(dy_rows, 0, dyh, true);
+	const Tensor& dy_rows = proj_.backward(dy, inner);
+	// Every head's dq, dk and dv is written in place into the rows of dqkv, which the blocks
+	// cover whole.
+	const Tensor& dqkv = dqkv_ws_.get({batch_ * time_, 3 * width_}, type, dy.device());
 	// y = P V: dP = dY V^T and dV = P^T dY.
 	const Tensor& dprobs = dprobs_ws_.get(scores_shape(), type, dy.device());
-	const Tensor& dv = dv_ws_.get(heads_shape(), type, dy.device());
-	values_backward(ops, dyh, dprobs, dv);
+	values_backward(ops, dy_rows, dprobs, dqkv);
 	// Through the softmax (in place; it reads no dP past a query's position and writes 0 there),
 	// then S = Q K^T: dQ = dS K and dK = dS^T Q.
 	const float scale = 1.0f / std::sqrt(static_cast<float>(width_ / heads_));
 	ops.causal_softmax_backward(probs_, dprobs, scale, dprobs);
-	const Tensor& dq = dq_ws_.get(heads_shape(), type, dy.device());
-	const Tensor& dk = dk_ws_.get(heads_shape(), type, dy.device());
-	scores_backward(ops, dprobs, dq, dk);
-	const Tensor& dqkv = dqkv_ws_.get({batch_, time_, 3 * width_}, type, dy.device());
-	ops.permute_heads(dqkv, 0, dq, false);
-	ops.permute_heads(dqkv, width_, dk, false);
-	ops.permute_heads(dqkv, 2 * width_, dv, false);
-	return qkv_.backward(dqkv.reshaped({batch_ * time_, 3 * width_}), args);
+	scores_backward(ops, dprobs, dqkv);
+	return qkv_.backward(dqkv, args);
 }
 
 } // namespace tower

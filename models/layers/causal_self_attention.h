@@ -30,16 +30,18 @@ public:
 	const Tensor& backward(const Tensor& dy, const BackwardArgs& args);
 
 private:
-	Shape heads_shape() const { return {batch_, heads_, time_, width_ / heads_}; }
 	Shape scores_shape() const { return {batch_ * heads_, time_, time_}; }
-	// [B, H, T, D] viewed as [B * H, T, D], the batched products' layout.
-	Tensor per_head(const Tensor& t) const;
+	// The heads of rows [B * T, W'] from column col0 on, one matrix [T, head width] per sequence
+	// and head, in the order of the scores' items (sequence-major).
+	MatrixBatch heads_of(const Tensor& rows, int64_t col0) const;
+	// A block of every item of the scores [B * heads, T, T], grouped by sequence like heads_of.
+	MatrixBatch scores_block(const Tensor& scores, int64_t row0, int64_t rows, int64_t col0, int64_t cols) const;
 	// The products by causal blocks of rows (queries) or columns (keys), skipping the blocks
 	// above the diagonal, where every probability is 0.
 	void scores_forward(const Ops& ops, const Tensor& scores) const;
-	void values_forward(const Ops& ops, const Tensor& yh) const;
-	void values_backward(const Ops& ops, const Tensor& dyh, const Tensor& dprobs, const Tensor& dv) const;
-	void scores_backward(const Ops& ops, const Tensor& dscores, const Tensor& dq, const Tensor& dk) const;
+	void values_forward(const Ops& ops, const Tensor& y) const;
+	void values_backward(const Ops& ops, const Tensor& dy, const Tensor& dprobs, const Tensor& dqkv) const;
+	void scores_backward(const Ops& ops, const Tensor& dscores, const Tensor& dqkv) const;
 
 	int64_t width_;
 	int64_t heads_;
@@ -47,9 +49,8 @@ private:
 	Linear proj_;
 	int64_t batch_ = 0;
 	int64_t time_ = 0;
-	Tensor q_, k_, v_, probs_;
-	Workspace q_ws_, k_ws_, v_ws_, scores_ws_, probs_ws_, yh_ws_, y_ws_;
-	Workspace dyh_ws_, dprobs_ws_, dq_ws_, dk_ws_, dv_ws_, dqkv_ws_;
+	Tensor qkv_rows_, probs_;
+	Workspace scores_ws_, probs_ws_, y_ws_, dprobs_ws_, dqkv_ws_;
 };
 
 } // namespace tower

@@ -23,11 +23,13 @@ struct GemmKey {
 	DType result = dtype; // c's type: dtype, or f32 for a 16-bit gradient written straight into f32
 	int64_t batch = 0;    // > 0: that many products, each operand's items the stride below apart
 	int64_t stride_a = 0, stride_b = 0, stride_c = 0;
+	int64_t groups = 1; // > 1: that many groups of `batch` products, the group strides apart
+	int64_t group_a = 0, group_b = 0, group_c = 0;
 
 	auto tie() const
 	{
 		return std::tie(m, n, k, lda, ldb, ldc, ta, tb, dtype, alpha, beta, result, batch, stride_a, stride_b,
-				stride_c);
+				stride_c, groups, group_a, group_b, group_c);
 	}
 	bool operator<(const GemmKey& o) const { return tie() < o.tie(); }
 };
@@ -39,26 +41,31 @@ dnnl::memory::desc operand_desc(int64_t rows, int64_t cols, int64_t ld, bool tra
 	return dnnl::memory::desc({rows, cols}, dnnl_type(dtype), strides);
 }
 
-// The same for a batch of items, each `item` elements after the one before.
-dnnl::memory::desc batched_desc(int64_t batch, int64_t rows, int64_t cols, int64_t ld, int64_t item, bool transposed,
-				DType dtype)
+// The same for a batch of items, each `item` elements after the one before, in `groups` groups
+// `group` elements apart (a 4-D descriptor; 3-D for one group).
+dnnl::memory::desc batched_desc(const GemmKey& key, int64_t rows, int64_t cols, int64_t ld, int64_t item,
+				int64_t group, bool transposed, DType dtype)
 {
 	const dnnl::memory::dims strides = transposed ? dnnl::memory::dims{item, 1, ld} : dnnl::memory::dims{item, ld, 1};
-	return dnnl::memory::desc({batch, rows, cols}, dnnl_type(dtype), strides);
+	if (key.groups == 1)
+		return dnnl::memory::desc({key.batch, rows, cols}, dnnl_type(dtype), strides);
+	dnnl::memory::dims grouped = {group};
+	grouped.insert(grouped.end(), strides.begin(), strides.end());
+	return dnnl::memory::desc({key.groups, key.batch, rows, cols}, dnnl_type(dtype), grouped);
 }
 
 dnnl::memory::desc gemm_operand(const GemmKey& key, int64_t rows, int64_t cols, int64_t ld, int64_t item,
-				bool transposed, DType dtype)
+				int64_t group, bool transposed, DType dtype)
 {
-	return key.batch > 0 ? batched_desc(key.batch, rows, cols, ld, item, transposed, dtype)
+	return key.batch > 0 ? batched_desc(key, rows, cols, ld, item, group, transposed, dtype)
 			     : operand_desc(rows, cols, ld, transposed, dtype);
 }
 
 std::unique_ptr<DnnlPrimitive> make_matmul(const GemmKey& key, DType dtype, DType result)
 {
-	const auto a = gemm_operand(key, key.m, key.k, key.lda, key.stride_a, key.ta, dtype);
-	const auto b = gemm_operand(key, key.k, key.n, key.ldb, key.stride_b, key.tb, dtype);
-	const auto c = gemm_operand(key, key.m, key.n, key.ldc, key.stride_c, false, result);
+	const auto a = gemm_operand(key, key.m, key.k, key.lda, key.stride_a, key.group_a, key.ta, dtype);
+	const auto b = gemm_operand(key, key.k, key.n, key.ldb, key.stride_b, key.group_b, key.tb, dtype);
+	const auto c = gemm_operand(key, key.m, key.n, key.ldc, key.stride_c, key.group_c, false, result);
 	dnnl::primitive_attr attr;
 	attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
 	if (key.alpha != 1.0f)
@@ -155,7 +162,8 @@ void run_plan(GemmPlan& plan, const GemmKey& key, const Tensor& a, const Tensor&
 	}
 	// Views where a tensor is f32 already; c is read when beta adds to it, or when c is a strided
 	// view with elements between its matrices' entries, which the store must give back unchanged.
-	const bool c_gaps = key.batch > 0 && (key.ldc != key.n || key.stride_c != key.m * key.ldc);
+	const bool c_gaps = key.batch > 0 && (key.ldc != key.n || key.stride_c != key.m * key.ldc ||
+					      (key.groups > 1 && key.group_c != key.batch * key.stride_c));
 	const F32Copy fa(a, true), fc(c, key.beta != 0.0f || c_gaps);
 	std::optional<F32Copy> fb;
 	const float* b_data = nullptr;
@@ -213,7 +221,7 @@ namespace {
 // The elements a view spans, from its first on, as a flat tensor: what the plans run on.
 Tensor span_of(const MatrixBatch& v)
 {
-	const int64_t extent = (v.batch - 1) * v.stride + (v.rows - 1) * v.ld + v.cols;
+	const int64_t extent = (v.groups - 1) * v.group_stride + (v.batch - 1) * v.stride + (v.rows - 1) * v.ld + v.cols;
 	auto* first = static_cast<char*>(v.tensor.data()) + static_cast<size_t>(v.offset) * dtype_size(v.tensor.dtype());
 	return Tensor::view(first, {extent}, v.tensor.dtype(), v.tensor.device());
 }
@@ -235,6 +243,12 @@ void CpuOps::gemm_strided_batched(Transpose ta, Transpose tb, float alpha, const
 	key.stride_a = a.stride;
 	key.stride_b = b.stride;
 	key.stride_c = c.stride;
+	key.groups = c.groups;
+	if (c.groups > 1) {
+		key.group_a = a.group_stride;
+		key.group_b = b.group_stride;
+		key.group_c = c.group_stride;
+	}
 	run_cached(key, span_of(a), span_of(b), span_of(c));
 }
 

@@ -140,12 +140,17 @@ void CudaOps::gemm_strided_batched(Transpose ta, Transpose tb, float alpha, cons
 		return static_cast<char*>(v.tensor.data()) + static_cast<size_t>(v.offset) * dtype_size(v.tensor.dtype());
 	};
 	const cudaDataType_t type = cublas_type(c.tensor.dtype());
-	check_cublas(cublasGemmStridedBatchedEx(blas(), flag(tb), flag(ta), static_cast<int>(d.n), static_cast<int>(d.m),
-						static_cast<int>(d.k), &alpha, first(b), type, static_cast<int>(b.ld),
-						b.stride, first(a), type, static_cast<int>(a.ld), a.stride, &beta,
-						first(c), type, static_cast<int>(c.ld), c.stride, static_cast<int>(c.batch),
-						CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-		     "cublasGemmStridedBatchedEx");
+	const size_t elem = dtype_size(c.tensor.dtype());
+	// cuBLAS strides one level of batch: one call per group.
+	for (int64_t g = 0; g < c.groups; ++g) {
+		const auto at = [&](const MatrixBatch& v) { return first(v) + static_cast<size_t>(g * v.group_stride) * elem; };
+		check_cublas(cublasGemmStridedBatchedEx(blas(), flag(tb), flag(ta), static_cast<int>(d.n),
+							static_cast<int>(d.m), static_cast<int>(d.k), &alpha, at(b), type,
+							static_cast<int>(b.ld), b.stride, at(a), type, static_cast<int>(a.ld),
+							a.stride, &beta, at(c), type, static_cast<int>(c.ld), c.stride,
+							static_cast<int>(c.batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+			     "cublasGemmStridedBatchedEx");
+	}
 }
 
 void CudaOps::fill(const Tensor& x, float value) const
