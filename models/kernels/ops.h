@@ -52,7 +52,7 @@ struct MatrixBatch {
 	int64_t groups = 1;
 	int64_t group_stride = 0;
 
-	// Rows [row0, row0 + count) and columns [col0, col0 + count) of every matrix.
+	// Rows [row0, row0 + count) of every matrix; columns [col0, col0 + count).
 	MatrixBatch row_range(int64_t row0, int64_t count) const;
 	MatrixBatch col_range(int64_t col0, int64_t count) const;
 	// The same matrices as `groups` groups of batch / groups (a view of one group to begin with):
@@ -171,10 +171,10 @@ public:
 
 	// Causal softmax of scores [N, T, T]: probs[n, i, j] = softmax over j <= i of scale * scores,
 	// and 0 for j > i (a position sees itself and the positions before it). Scores above the
-	// diagonal are never read (attention leaves blocks of them unwritten).
+	// diagonal are never used (attention leaves blocks of them unwritten).
 	virtual void causal_softmax_forward(const Tensor& scores, float scale, const Tensor& probs) const = 0;
 	// dscores = scale * probs * (dprobs - sum_j probs * dprobs), 0 above the diagonal, where dprobs
-	// is never read; dscores may be dprobs itself.
+	// is never used; dscores may be dprobs itself.
 	virtual void causal_softmax_backward(const Tensor& probs, const Tensor& dprobs, float scale,
 					     const Tensor& dscores) const = 0;
 
