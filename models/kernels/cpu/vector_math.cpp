@@ -56,7 +56,9 @@ constexpr float gelu_c = 0.044715f;
 // These loops are bound by arithmetic (the exp polynomial and a division per element), so they
 // are also compiled for AVX-512, picked at load time where the CPU has it: 16 lanes instead of 8.
 // Each element goes through the same operations at either width, so the bits are the same.
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+// Only where the default build has FMA already (-Dcpu_arch=x86-64-v3, the default): the AVX-512
+// clone fuses multiply-adds, and a default clone without FMA would round them apart.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__FMA__)
 #define TOWER_WIDE_CLONES __attribute__((target_clones("avx512f", "default")))
 #else
 #define TOWER_WIDE_CLONES
