@@ -110,6 +110,47 @@ TEST_CASE("strided batched gemm computes a block of each item and leaves the res
 	}
 }
 
+TEST_CASE("strided batched gemm reads and writes heads inside rows, in groups")
+{
+	const Ops& ops = ops_for(Device{});
+	// Rows [sequences * T, 3 * heads * D] as attention's projection writes them: q k^T per sequence
+	// and head with k transposed, into scores [sequences * heads, T, T] grouped by sequence; then
+	// y = s v written back side by side into rows [sequences * T, heads * D].
+	const int64_t seqs = 2, heads = 3, t = 5, d = 4, w = heads * d;
+	const Tensor rows = random_tensor({seqs * t, 3 * w}, "rows");
+	const Tensor scores = Tensor::zeros({seqs * heads, t, t}, DType::f32, Device{});
+	const Tensor y = Tensor::zeros({seqs * t, w}, DType::f32, Device{});
+	const MatrixBatch q = heads_in_rows(rows, seqs, 0, heads, d), k = heads_in_rows(rows, seqs, w, heads, d);
+	const MatrixBatch v = heads_in_rows(rows, seqs, 2 * w, heads, d);
+	const MatrixBatch s = block_of(scores, 0, t, 0, t).grouped(seqs);
+	ops.gemm_strided_batched(Transpose::no, Transpose::yes, 1.0f, q, k, 0.0f, s);
+	ops.gemm_strided_batched(Transpose::no, Transpose::no, 1.0f, s, v, 0.0f, heads_in_rows(y, seqs, 0, heads, d));
+	const Vec vr = values(rows);
+	const auto at = [&](int64_t b, int64_t i, int64_t col) { return vr[static_cast<size_t>((b * t + i) * 3 * w + col)]; };
+	Vec want_s(static_cast<size_t>(seqs * heads * t * t)), want_y(static_cast<size_t>(seqs * t * w));
+	for (int64_t b = 0; b < seqs; ++b)
+		for (int64_t h = 0; h < heads; ++h)
+			for (int64_t i = 0; i < t; ++i)
+				for (int64_t j = 0; j < t; ++j) {
+					double sum = 0;
+					for (int64_t e = 0; e < d; ++e)
+						sum += at(b, i, h * d + e) * at(b, j, w + h * d + e);
+					want_s[static_cast<size_t>(((b * heads + h) * t + i) * t + j)] = sum;
+				}
+	for (int64_t b = 0; b < seqs; ++b)
+		for (int64_t h = 0; h < heads; ++h)
+			for (int64_t i = 0; i < t; ++i)
+				for (int64_t e = 0; e < d; ++e) {
+					double sum = 0;
+					for (int64_t j = 0; j < t; ++j)
+						sum += want_s[static_cast<size_t>(((b * heads + h) * t + i) * t + j)] *
+						       at(b, j, 2 * w + h * d + e);
+					want_y[static_cast<size_t>((b * t + i) * w + h * d + e)] = sum;
+				}
+	check_near(scores, want_s, 1e-5, "heads' scores");
+	check_near(y, want_y, 1e-4, "heads written back into rows");
+}
+
 TEST_CASE("strided batched gemm refuses views outside their tensor and results that overlap")
 {
 	const Ops& ops = ops_for(Device{});
