@@ -30,9 +30,11 @@ public:
 	int owned_segment() const { return (rank_ + 1) % size_; }
 
 private:
-	// Receives posted at once in reduce-scatter, and the piece of a reduction between two nudges
-	// of MPI's progress.
-	static constexpr size_t receives_in_flight = 4;
+	// Reduce-scatter keeps about staging_bytes of receives posted (4 chunks of the default 1 MiB;
+	// 16 of the eager-sized messages across hosts); the piece of a reduction between two nudges of
+	// MPI's progress.
+	static constexpr size_t staging_bytes = size_t{4} << 20;
+	static constexpr size_t min_receives_in_flight = 4, max_receives_in_flight = 16;
 	static constexpr size_t progress_block_bytes = size_t{256} << 10;
 
 	void reduce_scatter_step(char* data, size_t count, DType dtype, ReduceOp op, int step);
@@ -42,7 +44,8 @@ private:
 	CommHandle comm_;
 	int rank_ = 0, size_ = 1;
 	int left_ = 0, right_ = 0;
-	size_t chunk_bytes_;
+	size_t chunk_bytes_ = 0; // the bytes of one message, the same on every rank
+	size_t receives_in_flight_ = 0;
 	std::vector<char> staging_; // a chunk per receive in flight
 };
 

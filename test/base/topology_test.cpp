@@ -1,7 +1,10 @@
-// Tests of the topology: real and simulated nodes, and the divisor error.
+// Tests of the topology: real and simulated nodes, the divisor error, and what crosses hosts eagerly.
+#include <cstdlib>
+
 #include <doctest/doctest.h>
 
 #include "base/error.h"
+#include "base/mpi/eager_limit.h"
 #include "base/mpi/topology.h"
 #include "test/harness/mpi_main.h"
 
@@ -65,3 +68,20 @@ TEST_CASE("a grouping that does not divide the world is an error on every rank")
 	CHECK_THROWS_WITH_AS(Topology(world().comm(), 0),
 			     doctest::Contains("does not divide"), tower::AgreedError);
 }
+
+TEST_CASE("one host: a communicator spans no hosts")
+{
+	CHECK_FALSE(tower::spans_hosts(world().comm()));
+}
+
+#ifdef OPEN_MPI
+TEST_CASE("Open MPI's TCP eager limit, less the headers' room, is what a message across hosts carries")
+{
+	// Debian's default is 64 KiB; an MCA setting in the environment replaces it.
+	const char* set = std::getenv("OMPI_MCA_btl_tcp_eager_limit");
+	const size_t limit = set ? std::strtoull(set, nullptr, 10) : 65536;
+	const std::optional<size_t> payload = tower::tcp_eager_payload_bytes();
+	REQUIRE(payload.has_value());
+	CHECK(*payload == limit - 512);
+}
+#endif

@@ -1,0 +1,23 @@
+// What the MPI library sends across hosts without a handshake, read through MPI's tool interface.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+
+#include <mpi.h>
+
+namespace tower {
+
+// The payload a point-to-point message across hosts may carry and still go eagerly (sent whole,
+// without the receiver's go-ahead) on Open MPI's TCP transport: its `btl_tcp_eager_limit` less
+// room for the headers it counts. A larger message first waits for a reply from the receiver,
+// and that reply queues behind the receiver's own outgoing data on the same connection. Empty
+// where the library has no such setting (another MPI, or the TCP transport excluded). Call
+// after MPI_Init.
+std::optional<size_t> tcp_eager_payload_bytes();
+
+// Whether the ranks of `comm` sit on more than one host (some pair shares no memory).
+// Collective over `comm`.
+bool spans_hosts(MPI_Comm comm);
+
+} // namespace tower
