@@ -17,6 +17,7 @@ after the last step on non-overlapping windows of the corpus' last 10% (as tower
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -65,6 +66,21 @@ def wrap(model, args, optimizer_args):
     return ddp, PostLocalSGDOptimizer(optim=torch.optim.AdamW(ddp.parameters(), **optimizer_args), averager=averager)
 
 
+def schedule(optimizer, args):
+    """tower's warmup_cosine (optim/schedule.cpp): (s + 1) / warmup of the peak for the first steps,
+    then half a cosine down to --min-lr at --total-steps; a constant rate when --total-steps is 0."""
+    inner = getattr(optimizer, "optim", optimizer)
+
+    def factor(s):
+        if args.total_steps == 0:
+            return 1.0
+        if s < args.warmup_steps:
+            return (s + 1) / args.warmup_steps
+        progress = min(1.0, (s - args.warmup_steps) / (args.total_steps - args.warmup_steps))
+        return (args.min_lr + (args.lr - args.min_lr) * 0.5 * (1 + math.cos(math.pi * progress))) / args.lr
+    return torch.optim.lr_scheduler.LambdaLR(inner, factor)
+
+
 def validation_loss(model, text, context, rank, world):
     windows = text[len(text) * 9 // 10:]
     width = context + 1
@@ -89,6 +105,9 @@ def main():
     p.add_argument("--period", type=int, default=50, help="postlocal: steps between parameter averages")
     p.add_argument("--local-start", type=int, default=10, help="postlocal: steps of plain DDP first")
     p.add_argument("--evaluate", action="store_true", help="the validation loss after the last step")
+    p.add_argument("--total-steps", type=int, default=0, help="warm-up and cosine decay over this many steps (0: constant)")
+    p.add_argument("--warmup-steps", type=int, default=40)
+    p.add_argument("--min-lr", type=float, default=1e-4)
     p.add_argument("--data", default="/usr/share/games/fortunes")
     args = p.parse_args()
     rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
@@ -100,6 +119,7 @@ def main():
     all_text = corpus_bytes(args.data)
     text = all_text[: len(all_text) * 9 // 10]
     model, opt = wrap(Gpt(args.layers, args.width, args.heads, args.context), args, {"lr": args.lr, "weight_decay": 0.0})
+    rate = schedule(opt, args)
     gen = torch.Generator().manual_seed(1000 + rank)
     width = args.context + 1
 
@@ -108,6 +128,7 @@ def main():
         opt.zero_grad(set_to_none=True)
         model(torch.stack([text[s:s + width] for s in starts])).backward()
         opt.step()
+        rate.step()
 
     for _ in range(WARMUP_STEPS):
         step()
