@@ -1,6 +1,7 @@
 // The local-sgd strategy: H = 1 with outer SGD at rate 1 is the replicated strategy, H > 1 at one
-// worker is plain training, the workers agree at every sync, a non-finite inner step or
-// pseudo-gradient is skipped where the rules say, and its option errors.
+// worker is plain training, the workers agree at every sync, the first local_start steps sync
+// after each one, a non-finite inner step or pseudo-gradient is skipped where the rules say, and
+// its option errors.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -138,6 +139,21 @@ TEST_CASE("local-sgd's workers hold the same model right after every sync, and d
 	CHECK(checked == 3);
 	CHECK(run.details["syncs"].get<int64_t>() == 3);
 	CHECK(run.details["outer_optimizer"] == "nesterov");
+}
+
+TEST_CASE("local-sgd's first local_start steps sync after each one, then every H steps")
+{
+	// Synced after every step with outer SGD at rate 1 and a linear inner rule, the first steps
+	// are replicated (mean) steps, as with H = 1.
+	StrategyOptions options = local_sgd(5);
+	options.local_sgd.local_start = 8;
+	const Run reference = train(world().comm(), StrategyOptions{}, inner("sgd"), 8);
+	const Run first = train(world().comm(), options, inner("sgd"), 8);
+	CHECK(tower::test::max_relative_difference(first.parameters, reference.parameters) <= 1e-6);
+	CHECK(first.details["syncs"].get<int64_t>() == 8);
+	const Run longer = train(world().comm(), options, inner("sgd"), 18);
+	CHECK(longer.details["syncs"].get<int64_t>() == 10); // steps 1 to 8, then 13 and 18
+	CHECK(longer.details["local_start"].get<int64_t>() == 8);
 }
 
 TEST_CASE("a non-finite inner gradient skips that worker's step alone; a non-finite pseudo-gradient skips the sync "

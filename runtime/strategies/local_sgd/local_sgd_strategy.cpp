@@ -149,7 +149,10 @@ StepStats LocalSgdStrategy::step(const StepRequest& request)
 			stats.skipped = true, ++skipped_inner_;
 	}
 	++*step_counter_.data_as<int64_t>();
-	if (++*since_sync_.data_as<int64_t>() >= options_.sync_every)
+	// Post-local SGD: the first local_start steps sync after each one (the workers' trajectory is
+	// then that of the whole batch, which a short run needs to leave its early plateau).
+	const int64_t every = steps() <= options_.local_start ? 1 : options_.sync_every;
+	if (++*since_sync_.data_as<int64_t>() >= every)
 		sync(&stats);
 	return stats;
 }
@@ -333,6 +336,7 @@ StrategyDescription LocalSgdStrategy::describe() const
 	f.gradient_bytes_per_step = static_cast<size_t>(count_) * sizeof(float) / h;
 	f.moved_bytes_per_step = static_cast<size_t>(payload_bytes()) / h;
 	f.details = {{"sync_every", options_.sync_every},
+		     {"local_start", options_.local_start},
 		     {"outer_optimizer", options_.outer_optimizer},
 		     {"outer_lr", options_.outer_lr},
 		     {"outer_momentum", options_.outer_optimizer == "nesterov" ? options_.outer_momentum : 0.0f},
