@@ -46,15 +46,27 @@ std::optional<uint64_t> read_integer_cvar(const char* name)
 	return value;
 }
 
+std::optional<uint64_t> read_eager_limit()
+{
+	// Open MPI's first MPI_T_init_thread records the level it is given as the process's thread
+	// level: ask for the one MPI_Init gave, or a run with a communication thread would be told
+	// it has none.
+	int level = MPI_THREAD_SINGLE, provided = 0;
+	TOWER_MPI(MPI_Query_thread(&level));
+	if (MPI_T_init_thread(level, &provided) != MPI_SUCCESS)
+		return std::nullopt;
+	const std::optional<uint64_t> limit = read_integer_cvar("btl_tcp_eager_limit");
+	MPI_T_finalize();
+	return limit;
+}
+
 } // namespace
 
 std::optional<size_t> tcp_eager_payload_bytes()
 {
-	int provided = 0;
-	if (MPI_T_init_thread(MPI_THREAD_SINGLE, &provided) != MPI_SUCCESS)
-		return std::nullopt;
-	const std::optional<uint64_t> limit = read_integer_cvar("btl_tcp_eager_limit");
-	MPI_T_finalize();
+	// Read once per process: a setting cannot change after MPI_Init, and the tool interface
+	// registers every component again each time it starts.
+	static const std::optional<uint64_t> limit = read_eager_limit();
 	if (!limit || *limit <= 2 * header_room)
 		return std::nullopt;
 	return static_cast<size_t>(*limit) - header_room;

@@ -109,7 +109,9 @@ void RingAllReduce::reduce_scatter_step(char* data, size_t count, DType dtype, R
 	}
 	// Several receives stay posted, each into its own staging chunk: a chunk above the transport's
 	// eager limit waits for its receive to be posted, so with one receive at a time the link
-	// idles for a round trip per chunk (across hosts over TCP that was a third of its rate).
+	// idles for a round trip per chunk (across hosts over TCP that was a third of its rate). An
+	// eager chunk that arrives before its receive is posted waits in MPI's unexpected queue (a
+	// copy); the reduction runs faster than a link, so the posted receives stay ahead of it.
 	const size_t in_chunks = chunks_in(in.length, chunk);
 	std::vector<MPI_Request> pending(receives_in_flight_, MPI_REQUEST_NULL);
 	auto buffer = [&](size_t c) { return staging_.data() + (c % receives_in_flight_) * chunk * esize; };

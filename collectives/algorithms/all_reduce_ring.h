@@ -30,9 +30,9 @@ public:
 	int owned_segment() const { return (rank_ + 1) % size_; }
 
 private:
-	// Reduce-scatter keeps about staging_bytes of receives posted (4 chunks of the default 1 MiB;
-	// 16 of the eager-sized messages across hosts); the piece of a reduction between two nudges of
-	// MPI's progress.
+	// Reduce-scatter keeps up to staging_bytes of receives posted: 4 chunks of the default 1 MiB,
+	// or 16 of the eager-sized messages across hosts (about 1 MiB); the piece of a reduction
+	// between two nudges of MPI's progress.
 	static constexpr size_t staging_bytes = size_t{4} << 20;
 	static constexpr size_t min_receives_in_flight = 4, max_receives_in_flight = 16;
 	static constexpr size_t progress_block_bytes = size_t{256} << 10;

@@ -80,8 +80,14 @@ TEST_CASE("Open MPI's TCP eager limit, less the headers' room, is what a message
 	// Debian's default is 64 KiB; an MCA setting in the environment replaces it.
 	const char* set = std::getenv("OMPI_MCA_btl_tcp_eager_limit");
 	const size_t limit = set ? std::strtoull(set, nullptr, 10) : 65536;
+	int level_before = 0, level_after = 0;
+	MPI_Query_thread(&level_before);
 	const std::optional<size_t> payload = tower::tcp_eager_payload_bytes();
 	REQUIRE(payload.has_value());
 	CHECK(*payload == limit - 512);
+	// The tool interface's first start must leave the thread level MPI_Init granted.
+	MPI_Query_thread(&level_after);
+	CHECK(level_after == level_before);
+	CHECK(tower::tcp_eager_payload_bytes() == payload);
 }
 #endif
