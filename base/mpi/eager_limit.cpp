@@ -1,10 +1,9 @@
-// Open MPI's TCP eager limit through MPI_T, and whether a communicator crosses hosts.
+// Open MPI's TCP eager limit, read through MPI_T.
 #include "base/mpi/eager_limit.h"
 
 #include <cstdint>
 
 #include "base/mpi/mpi_check.h"
-#include "base/mpi/topology.h"
 
 namespace tower {
 
@@ -70,18 +69,6 @@ std::optional<size_t> tcp_eager_payload_bytes()
 	if (!limit || *limit <= 2 * header_room)
 		return std::nullopt;
 	return static_cast<size_t>(*limit) - header_room;
-}
-
-bool spans_hosts(MPI_Comm comm)
-{
-	int size = 0;
-	TOWER_MPI(MPI_Comm_size(comm, &size));
-	MPI_Comm host = MPI_COMM_NULL;
-	TOWER_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host));
-	const CommHandle owned(host);
-	int host_size = 0;
-	TOWER_MPI(MPI_Comm_size(owned.get(), &host_size));
-	return host_size < size;
 }
 
 } // namespace tower

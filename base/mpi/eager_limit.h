@@ -18,8 +18,4 @@ namespace tower {
 // once per process; call after MPI_Init.
 std::optional<size_t> tcp_eager_payload_bytes();
 
-// Whether the ranks of `comm` sit on more than one host (some pair shares no memory).
-// Collective over `comm`.
-bool spans_hosts(MPI_Comm comm);
-
 } // namespace tower

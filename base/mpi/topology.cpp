@@ -44,6 +44,18 @@ CommHandle duplicate_comm(MPI_Comm comm)
 	return CommHandle(out);
 }
 
+bool spans_hosts(MPI_Comm comm)
+{
+	int size = 0;
+	TOWER_MPI(MPI_Comm_size(comm, &size));
+	MPI_Comm host = MPI_COMM_NULL;
+	TOWER_MPI(MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &host));
+	const CommHandle owned(host);
+	int host_size = 0;
+	TOWER_MPI(MPI_Comm_size(owned.get(), &host_size));
+	return host_size < size;
+}
+
 namespace {
 
 MPI_Comm split(MPI_Comm comm, int color, int key)

@@ -28,6 +28,10 @@ private:
 // A private duplicate of `comm`: collectives on it never match another component's.
 CommHandle duplicate_comm(MPI_Comm comm);
 
+// Whether the ranks of `comm` sit on more than one host (some pair shares no memory).
+// Collective over `comm`.
+bool spans_hosts(MPI_Comm comm);
+
 class Topology {
 public:
 	// Collective over `world`. Without `ranks_per_node`, nodes are the groups of ranks that share
