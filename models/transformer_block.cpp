@@ -12,10 +12,11 @@ namespace {
 
 constexpr float init_stddev = 0.02f;
 
-Linear normal_linear(const std::string& name, int64_t in, int64_t out, float stddev, uint64_t seed, const Device& device)
+Linear normal_linear(const std::string& name, int64_t in, int64_t out, float stddev, uint64_t seed, const Device& device,
+		     Activation activation = Activation::none)
 {
 	return Linear(make_normal(name + ".weight", {out, in}, stddev, seed, device),
-		      make_constant(name + ".bias", {out}, 0.0f, device), Activation::none);
+		      make_constant(name + ".bias", {out}, 0.0f, device), activation);
 }
 
 } // namespace
@@ -26,7 +27,7 @@ TransformerBlock::TransformerBlock(const std::string& prefix, const BlockShape& 
 		normal_linear(prefix + "attn.proj", s.width, s.width,
 			      init_stddev / std::sqrt(2.0f * static_cast<float>(s.layers)), seed, device)),
 	  ln2_(prefix + "ln2", s.width, device),
-	  fc_(normal_linear(prefix + "mlp.fc", s.width, 4 * s.width, init_stddev, seed, device)),
+	  fc_(normal_linear(prefix + "mlp.fc", s.width, 4 * s.width, init_stddev, seed, device, Activation::gelu)),
 	  proj_(normal_linear(prefix + "mlp.proj", 4 * s.width, s.width,
 			      init_stddev / std::sqrt(2.0f * static_cast<float>(s.layers)), seed, device))
 {
@@ -55,7 +56,7 @@ const Tensor& TransformerBlock::forward(const Tensor& x, int64_t batch)
 	// (no activation), so the stream costs one pass and no buffer of its own.
 	const Tensor& a = attn_.forward(ln1_.forward(x), batch);
 	ops.accumulate(1.0f, x, a);
-	const Tensor& m = proj_.forward(gelu_.forward(fc_.forward(ln2_.forward(a))));
+	const Tensor& m = proj_.forward(fc_.forward(ln2_.forward(a)));
 	ops.accumulate(1.0f, a, m);
 	return m;
 }
@@ -66,7 +67,7 @@ const Tensor& TransformerBlock::backward(const Tensor& dy, const BackwardArgs& a
 	BackwardArgs inner = args;
 	inner.need_input_grad = true;
 	// d(mid) = dy + the MLP branch's gradient, added into LayerNorm's own dx buffer (likewise below).
-	const Tensor& dmid = ln2_.backward(fc_.backward(gelu_.backward(proj_.backward(dy, inner), inner), inner), inner);
+	const Tensor& dmid = ln2_.backward(fc_.backward(proj_.backward(dy, inner), inner), inner);
 	ops.accumulate(1.0f, dy, dmid);
 	const Tensor& dx = ln1_.backward(attn_.backward(dmid, inner), inner);
 	ops.accumulate(1.0f, dmid, dx);

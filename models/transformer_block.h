@@ -4,7 +4,6 @@
 #include <string>
 
 #include "models/layers/causal_self_attention.h"
-#include "models/layers/gelu.h"
 #include "models/layers/layer_norm.h"
 #include "models/layers/linear.h"
 
@@ -34,8 +33,7 @@ private:
 	LayerNorm ln1_;
 	CausalSelfAttention attn_;
 	LayerNorm ln2_;
-	Linear fc_;
-	Gelu gelu_;
+	Linear fc_; // with its GELU
 	Linear proj_;
 };
 

@@ -103,6 +103,12 @@ public:
 
 	// y viewed as [outer, bias.numel(), inner]: y[o, c, i] += bias[c], then max(0, .) with `relu`.
 	virtual void bias_act(const Tensor& y, const Tensor& bias, int64_t inner, bool relu) const = 0;
+	// A layer's product and its bias in one: c = op(a) op(b) + bias (bias: one value per column
+	// of c, of c's type), then max(0, .) with `relu`. The CPU adds the bias and the ReLU inside
+	// the product, before c is written (a 16-bit c is rounded once, after the bias); by default
+	// (fused_defaults.cpp, what CUDA runs) it is gemm, then bias_act.
+	virtual void gemm_bias_act(Transpose ta, Transpose tb, const Tensor& a, const Tensor& b, const Tensor& bias,
+				   bool relu, const Tensor& c) const;
 	// db[c] (+)= sum over o, i of dy[o, c, i]; adds to db with `accumulate`.
 	virtual void bias_grad(const Tensor& dy, const Tensor& db, int64_t inner, bool accumulate) const = 0;
 
@@ -168,6 +174,12 @@ public:
 	// GELU, tanh form (GPT-2's): y = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); dx from x and dy.
 	virtual void gelu_forward(const Tensor& x, const Tensor& y) const = 0;
 	virtual void gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) const = 0;
+	// gelu_backward and the bias gradient of its result, [rows, channels] with db [channels]:
+	// db[c] (+)= sum over rows of dx[., c] (adds with `accumulate`). The CPU does both in one pass
+	// over dx while its rows are in cache, summing dx before it is rounded to a 16-bit type; by
+	// default (fused_defaults.cpp, what CUDA runs) gelu_backward, then bias_grad of the stored dx.
+	virtual void gelu_backward_bias_grad(const Tensor& x, const Tensor& dy, const Tensor& dx, const Tensor& db,
+					     bool accumulate) const;
 
 	// Causal softmax of scores [N, T, T]: probs[n, i, j] = softmax over j <= i of scale * scores,
 	// and 0 for j > i (a position sees itself and the positions before it). Scores above the

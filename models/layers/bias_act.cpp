@@ -5,16 +5,23 @@
 
 namespace tower {
 
-Tensor bias_act_backward(const Ops& ops, const Tensor& y, const Tensor& dy, Activation activation, const Parameter& bias,
-			 int64_t positions, const BackwardArgs& args, Workspace& dz_ws, Workspace& db_ws)
+Tensor bias_act_backward(const Ops& ops, const Tensor& y, const Tensor& z, const Tensor& dy, Activation activation,
+			 const Parameter& bias, int64_t positions, const BackwardArgs& args, Workspace& dz_ws,
+			 Workspace& db_ws)
 {
 	const DType type = dy.dtype();
+	const Tensor db = grad_buffer(bias, type, db_ws);
 	Tensor dz = dy;
+	if (activation == Activation::gelu) {
+		dz = dz_ws.get(dy.shape(), type, dy.device());
+		ops.gelu_backward_bias_grad(z, dy, dz, db, accumulate_in_place(db, args));
+		finish_grad(bias, db, args);
+		return dz;
+	}
 	if (activation == Activation::relu) {
 		dz = dz_ws.get(dy.shape(), type, dy.device());
 		ops.relu_backward(y, dy, dz);
 	}
-	const Tensor db = grad_buffer(bias, type, db_ws);
 	ops.bias_grad(dz, db, positions, accumulate_in_place(db, args));
 	finish_grad(bias, db, args);
 	return dz;

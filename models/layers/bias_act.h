@@ -1,5 +1,5 @@
-// The tail that Linear and Conv2d share: a bias added per channel, then ReLU or nothing, fused into
-// one pass forward, and its backward down to the pre-activation gradient and the bias gradient.
+// The tail that Linear and Conv2d share: a bias added per channel, then ReLU, GELU (Linear only) or
+// nothing, and its backward down to the pre-activation gradient and the bias gradient.
 #pragma once
 
 #include "models/kernels/ops.h"
@@ -8,12 +8,14 @@
 
 namespace tower {
 
-enum class Activation { none, relu };
+enum class Activation { none, relu, gelu };
 
-// For y = act(z + b): dz (dy itself without ReLU, else from `dz_ws`), and b's gradient summed
-// over `positions` per channel (1 for Linear, the output pixels for Conv2d), finished into
-// bias.grad and reported ready.
-Tensor bias_act_backward(const Ops& ops, const Tensor& y, const Tensor& dy, Activation activation, const Parameter& bias,
-			 int64_t positions, const BackwardArgs& args, Workspace& dz_ws, Workspace& db_ws);
+// For y = act(z), z = (product) + b: dz (dy itself without an activation, else from `dz_ws`), and
+// b's gradient summed over `positions` per channel (1 for Linear, the output pixels for Conv2d),
+// finished into bias.grad and reported ready. ReLU's slope is read from y, GELU's from z (the
+// layer keeps it; unused otherwise); GELU's and the bias gradient are one pass.
+Tensor bias_act_backward(const Ops& ops, const Tensor& y, const Tensor& z, const Tensor& dy, Activation activation,
+			 const Parameter& bias, int64_t positions, const BackwardArgs& args, Workspace& dz_ws,
+			 Workspace& db_ws);
 
 } // namespace tower

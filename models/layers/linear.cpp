@@ -1,4 +1,4 @@
-// Fully connected layer y = x W^T + b, optionally followed by a fused ReLU.
+// Fully connected layer y = x W^T + b, optionally followed by a ReLU or a GELU.
 #include "models/layers/linear.h"
 
 #include "models/init.h"
@@ -34,10 +34,15 @@ const Tensor& Linear::forward(const Tensor& x)
 	w_ = working_value(weight_, x.dtype(), w_ws_);
 	const Tensor b = working_value(bias_, x.dtype(), b_ws_);
 	y_ = y_ws_.get({x.dim(0), out_}, x.dtype(), x.device());
-	// W is [out, in]: sgemm reads it transposed in place.
-	ops.gemm(Transpose::no, Transpose::yes, 1.0f, x, w_, 0.0f, y_);
-	// Bias and ReLU in one pass over the output.
-	ops.bias_act(y_, b, 1, activation_ == Activation::relu);
+	// W is [out, in]: the product reads it transposed in place, and adds the bias (and the ReLU)
+	// before it writes y. GELU's input stays for the backward pass.
+	if (activation_ != Activation::gelu) {
+		ops.gemm_bias_act(Transpose::no, Transpose::yes, x, w_, b, activation_ == Activation::relu, y_);
+		return y_;
+	}
+	z_ = z_ws_.get({x.dim(0), out_}, x.dtype(), x.device());
+	ops.gemm_bias_act(Transpose::no, Transpose::yes, x, w_, b, false, z_);
+	ops.gelu_forward(z_, y_);
 	return y_;
 }
 
@@ -47,7 +52,7 @@ const Tensor& Linear::backward(const Tensor& dy, const BackwardArgs& args)
 		    weight_.name, shape_text(dy.shape()));
 	const Ops& ops = ops_for(dy.device());
 	const DType type = dy.dtype();
-	const Tensor dz = bias_act_backward(ops, y_, dy, activation_, bias_, 1, args, dz_ws_, db_ws_);
+	const Tensor dz = bias_act_backward(ops, y_, z_, dy, activation_, bias_, 1, args, dz_ws_, db_ws_);
 	// A 16-bit weight gradient goes straight into the f32 Parameter::grad where the backend can
 	// (no 16-bit buffer and no cast pass over the largest tensor of the step).
 	if (type != DType::f32 && ops.gemm_into_f32(Transpose::yes, Transpose::no, 1.0f, dz, x_,

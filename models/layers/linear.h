@@ -29,11 +29,13 @@ private:
 	Parameter bias_;
 	Tensor x_;
 	Tensor w_; // the weight in the compute type of the last forward
+	Tensor z_; // with GELU: the pre-activation x W^T + b, whose slope the backward needs
 	Tensor y_;
 	Workspace w_ws_;
 	Workspace b_ws_;
 	Workspace dw_ws_;
 	Workspace db_ws_;
+	Workspace z_ws_;
 	Workspace y_ws_;
 	Workspace dz_ws_;
 	Workspace dx_ws_;

@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <tuple>
 
 #include "models/kernels/cpu/cpu_threads.h"
 #include "models/kernels/cpu/dnnl_cpu.h"
@@ -132,6 +133,96 @@ TEST_CASE("bias with ReLU, bias gradient (accumulating), fill and accumulate")
 	}
 	ops.accumulate(-2.0f, db, db);
 	CHECK(db.to_host_f32()[0] == doctest::Approx(-g[0]));
+}
+
+// The product with its bias against its two parts (the default, Ops::gemm_bias_act): the same bits
+// in f32; in 16 bits within one rounding of float64 (the parts round twice). n = 512 with few
+// rows is the shape whose B the CPU copies below AVX-512 (ops-avx2).
+TEST_CASE("gemm_bias_act is gemm then bias and ReLU: the same bits in f32, one rounding in 16 bits")
+{
+	const Ops& ops = ops_for(Device{});
+	for (DType t : {DType::f32, DType::bf16, DType::f16})
+		for (const auto& [m, n, k] : {std::tuple<int64_t, int64_t, int64_t>{7, 5, 3}, {16, 512, 24}, {64, 96, 130}})
+			for (bool relu : {false, true}) {
+				CAPTURE(dtype_name(t));
+				CAPTURE(n);
+				CAPTURE(relu);
+				const auto make = [&](const Shape& shape, const char* name) {
+					const Tensor f = random_tensor(shape, name);
+					Tensor out = Tensor::empty(shape, t, Device{});
+					ops.cast(f, out, false);
+					return out;
+				};
+				const Tensor x = make({m, k}, "x"), w = make({n, k}, "w"), bias = make({n}, "bias");
+				const Tensor fused = Tensor::empty({m, n}, t, Device{}), parts = Tensor::empty({m, n}, t, Device{});
+				ops.gemm_bias_act(Transpose::no, Transpose::yes, x, w, bias, relu, fused);
+				ops.Ops::gemm_bias_act(Transpose::no, Transpose::yes, x, w, bias, relu, parts);
+				const std::vector<float> got = fused.to_host_f32(), two = parts.to_host_f32();
+				const Vec xv = to_double(x.to_host_f32()), wv = to_double(w.to_host_f32()), bv = to_double(bias.to_host_f32());
+				const double unit = t == DType::f32 ? 0.0 : t == DType::bf16 ? 1.0 / 256 : 1.0 / 2048;
+				int wrong = 0;
+				for (int64_t i = 0; i < m; ++i)
+					for (int64_t j = 0; j < n; ++j) {
+						double s = bv[j];
+						for (int64_t l = 0; l < k; ++l)
+							s += xv[i * k + l] * wv[j * k + l];
+						const double want = relu ? std::max(s, 0.0) : s;
+						const float g = got[i * n + j];
+						if (t == DType::f32 ? g != two[i * n + j]
+								    : std::abs(g - want) > unit * std::abs(want) + 1e-5 * k)
+							++wrong;
+					}
+				CHECK(wrong == 0);
+			}
+	const Tensor a = random_tensor({4, 3}, "a"), w = random_tensor({5, 3}, "w"), c = random_tensor({4, 5}, "c");
+	CHECK_THROWS_WITH_AS(ops.gemm_bias_act(Transpose::no, Transpose::yes, a, w, random_tensor({4}, "b"), false, c),
+			     doctest::Contains("gemm bias: f32 [4] for a product of 5 f32 columns"), Error);
+}
+
+// GELU's slope and the bias gradient in one pass, against the two passes: the same bits in f32
+// (rows added in the same order); in 16 bits db sums dx before its rounding, so within float64's
+// sum of the rounded dx by a rounding per row, and db's own.
+TEST_CASE("gelu_backward_bias_grad is gelu_backward then bias_grad, overwriting and adding")
+{
+	const Ops& ops = ops_for(Device{});
+	const int64_t rows = 9, channels = 40;
+	for (DType t : {DType::f32, DType::bf16})
+		for (bool add : {false, true}) {
+			CAPTURE(dtype_name(t));
+			CAPTURE(add);
+			const auto make = [&](const char* name, float scale) {
+				Tensor out = Tensor::empty({rows, channels}, t, Device{});
+				const Tensor f = random_tensor({rows, channels}, name);
+				ops.cast(f, out, false);
+				ops.accumulate(scale - 1.0f, out, out);
+				return out;
+			};
+			const Tensor x = make("x", 3.0f), dy = make("dy", 1.0f);
+			const Tensor dx = Tensor::empty({rows, channels}, t, Device{}), dx2 = Tensor::empty({rows, channels}, t, Device{});
+			const auto start_db = [&] {
+				Tensor out = Tensor::empty({channels}, t, Device{});
+				ops.cast(random_tensor({channels}, "db"), out, false);
+				return out;
+			};
+			const Tensor db = start_db(), db2 = start_db();
+			ops.gelu_backward_bias_grad(x, dy, dx, db, add);
+			ops.Ops::gelu_backward_bias_grad(x, dy, dx2, db2, add);
+			CHECK(dx.to_host_f32() == dx2.to_host_f32());
+			const std::vector<float> g = db.to_host_f32(), g2 = db2.to_host_f32();
+			if (t == DType::f32) {
+				CHECK(g == g2);
+				continue;
+			}
+			const std::vector<float> d = dx.to_host_f32(), start = start_db().to_host_f32();
+			for (int64_t c = 0; c < channels; ++c) {
+				double s = add ? start[c] : 0.0, size = 0.0;
+				for (int64_t r = 0; r < rows; ++r) {
+					s += d[r * channels + c];
+					size += std::abs(d[r * channels + c]);
+				}
+				CHECK(std::abs(g[c] - s) <= (size + std::abs(s)) / 256 + 1e-6); // and db's own rounding
+			}
+		}
 }
 
 TEST_CASE("the bias gradient of long rows (a convolution's) matches float64, overwriting and adding")

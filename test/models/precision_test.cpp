@@ -278,17 +278,22 @@ TEST_CASE("a few SGD steps in f16 and bf16 lower the loss")
 			auto m = make_model(c, Device{});
 			const float s = 256.0f; // scaled, then un-scaled in the update, as the engine does
 			const float first = m->forward(batch.images, batch.labels).loss;
-			float last = first;
+			// At this rate the loss overshoots at first and then falls with bumps (the CNN in f16
+			// went 1.70, 1.70, 2.11 over its last steps on one CPU): the mean of the last five
+			// steps is held to the mark, not a single step's.
+			float recent = 0.0f;
 			for (int step = 0; step < 15; ++step) {
 				m->backward({}, BackwardOptions{false, s});
 				for (Parameter* p : m->parameters()) {
 					REQUIRE(all_finite(p->grad));
 					cpu_ops().accumulate(-0.05f / s, p->grad, p->value);
 				}
-				last = m->forward(batch.images, batch.labels).loss;
+				const float loss = m->forward(batch.images, batch.labels).loss;
+				REQUIRE(std::isfinite(loss));
+				if (step >= 10)
+					recent += loss / 5.0f;
 			}
-			CHECK(std::isfinite(last));
-			CHECK(last < 0.7f * first);
+			CHECK(recent < 0.7f * first);
 		}
 }
 

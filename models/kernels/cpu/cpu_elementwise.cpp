@@ -195,6 +195,37 @@ void CpuOps::gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) 
 	});
 }
 
+void CpuOps::gelu_backward_bias_grad(const Tensor& x, const Tensor& dy, const Tensor& dx, const Tensor& db,
+				     bool accumulate) const
+{
+	expect_float(x, "gelu input");
+	expect_same_dtype(x, dy, "gelu backward");
+	expect_same_dtype(x, dx, "gelu backward");
+	expect_same_numel(x, dy, "gelu backward");
+	expect_same_numel(x, dx, "gelu backward");
+	const int64_t outer = checked_bias_outer(dx, db, 1);
+	const int64_t channels = db.numel();
+	const F32Copy fdb(db, accumulate);
+	if (!accumulate)
+		std::fill_n(fdb.data(), channels, 0.0f);
+	// Row by row, the rows added in order as bias_grad adds them: in f32 the same bits as the two
+	// passes, without reading dx back from memory (the MLP's dx is 4 MiB at the default GPT).
+	std::vector<float> scratch(x.dtype() == DType::f32 ? 0 : static_cast<size_t>(3 * channels));
+	const auto part = [&](int64_t i) { return scratch.empty() ? nullptr : scratch.data() + i * channels; };
+	float* __restrict g = fdb.data();
+	for (int64_t o = 0; o < outer; ++o) {
+		const int64_t start = o * channels;
+		const F32Piece px(x, start, channels, part(0), true), pdy(dy, start, channels, part(1), true);
+		const F32Piece pdx(dx, start, channels, part(2), false);
+		gelu_backward_f32(px.data(), pdy.data(), pdx.data(), channels);
+		pdx.store();
+		const float* __restrict row = pdx.data();
+		for (int64_t c = 0; c < channels; ++c)
+			g[c] += row[c];
+	}
+	fdb.store();
+}
+
 void CpuOps::cast(const Tensor& src, const Tensor& dst, bool accumulate) const
 {
 	expect_float(src, "cast source");

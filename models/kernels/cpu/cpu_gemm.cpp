@@ -25,11 +25,13 @@ struct GemmKey {
 	int64_t stride_a = 0, stride_b = 0, stride_c = 0;
 	int64_t groups = 1; // > 1: that many groups of `batch` products, the group strides apart
 	int64_t group_a = 0, group_b = 0, group_c = 0;
+	bool bias = false; // a row of n values, of the operands' type, added inside the product
+	bool relu = false; // then max(0, .)
 
 	auto tie() const
 	{
 		return std::tie(m, n, k, lda, ldb, ldc, ta, tb, dtype, alpha, beta, result, batch, stride_a, stride_b,
-				stride_c, groups, group_a, group_b, group_c);
+				stride_c, groups, group_a, group_b, group_c, bias, relu);
 	}
 	bool operator<(const GemmKey& o) const { return tie() < o.tie(); }
 };
@@ -70,16 +72,35 @@ std::unique_ptr<DnnlPrimitive> make_matmul(const GemmKey& key, DType dtype, DTyp
 	attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
 	if (key.alpha != 1.0f)
 		attr.set_output_scales(0, {key.alpha});
-	if (key.beta != 0.0f) {
-		dnnl::post_ops post;
+	dnnl::post_ops post;
+	if (key.beta != 0.0f)
 		post.append_sum(key.beta);
-		attr.set_post_ops(post);
+	if (key.relu)
+		post.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
+	attr.set_post_ops(post);
+	// 16-bit operands accumulate in f32 inside the kernel and are rounded once on the way out,
+	// after the bias: in f32 the sum and max are those of a separate pass, to the bit.
+	if (!key.bias) {
+		const dnnl::matmul::primitive_desc pd({a, b, c}, attr, dnnl_cpu_engine());
+		return std::make_unique<DnnlPrimitive>(dnnl::matmul(pd), pd,
+						       std::initializer_list<std::pair<int, dnnl::memory::desc>>{
+							       {DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
 	}
-	// 16-bit operands accumulate in f32 inside the kernel and are rounded once on the way out.
-	const dnnl::matmul::primitive_desc pd({a, b, c}, attr, dnnl_cpu_engine());
+	const dnnl::memory::desc bias({1, key.n}, dnnl_type(dtype), dnnl::memory::dims{key.n, 1});
+	const dnnl::matmul::primitive_desc pd({a, b, bias, c}, attr, dnnl_cpu_engine());
 	return std::make_unique<DnnlPrimitive>(dnnl::matmul(pd), pd,
 					       std::initializer_list<std::pair<int, dnnl::memory::desc>>{
-						       {DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+						       {DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_BIAS, bias},
+						       {DNNL_ARG_DST, c}});
+}
+
+// Runs a matmul made above; bias is null where its key has none.
+void run_matmul(DnnlPrimitive& primitive, const void* a, const void* b, const void* bias, const void* c)
+{
+	if (bias == nullptr)
+		primitive.run({{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_DST, c}});
+	else
+		primitive.run({{DNNL_ARG_SRC, a}, {DNNL_ARG_WEIGHTS, b}, {DNNL_ARG_BIAS, bias}, {DNNL_ARG_DST, c}});
 }
 
 // oneDNN's sgemm below AVX-512 (implementation "gemm:jit") reads a non-transposed B in place when
@@ -153,11 +174,13 @@ GemmPlan plan_gemm_into_f32(const GemmKey& key)
 	return plan_f32(key);
 }
 
-// c = alpha op(a) op(b) + beta c on a plan's primitive; c is f32 or the operands' type.
-void run_plan(GemmPlan& plan, const GemmKey& key, const Tensor& a, const Tensor& b, const Tensor& c)
+// c = alpha op(a) op(b) + beta c (+ bias, ReLU) on a plan's primitive; c is f32 or the operands'
+// type, bias (where the key has one) the operands' type.
+void run_plan(GemmPlan& plan, const GemmKey& key, const Tensor& a, const Tensor& b, const Tensor& c,
+	      const Tensor& bias)
 {
 	if (!plan.widen && plan.b_pitch == 0) {
-		plan.primitive->run({{DNNL_ARG_SRC, a.data()}, {DNNL_ARG_WEIGHTS, b.data()}, {DNNL_ARG_DST, c.data()}});
+		run_matmul(*plan.primitive, a.data(), b.data(), key.bias ? bias.data() : nullptr, c.data());
 		return;
 	}
 	// Views where a tensor is f32 already; c is read when beta adds to it, or when c is a strided
@@ -165,6 +188,9 @@ void run_plan(GemmPlan& plan, const GemmKey& key, const Tensor& a, const Tensor&
 	const bool c_gaps = key.batch > 0 && (key.ldc != key.n || key.stride_c != key.m * key.ldc ||
 					      (key.groups > 1 && key.group_c != key.batch * key.stride_c));
 	const F32Copy fa(a, true), fc(c, key.beta != 0.0f || c_gaps);
+	std::optional<F32Copy> fbias;
+	if (key.bias)
+		fbias.emplace(bias, true);
 	std::optional<F32Copy> fb;
 	const float* b_data = nullptr;
 	if (plan.b_pitch > 0) {
@@ -175,13 +201,13 @@ void run_plan(GemmPlan& plan, const GemmKey& key, const Tensor& a, const Tensor&
 	} else {
 		b_data = fb.emplace(b, true).data();
 	}
-	plan.primitive->run({{DNNL_ARG_SRC, fa.data()}, {DNNL_ARG_WEIGHTS, b_data}, {DNNL_ARG_DST, fc.data()}});
+	run_matmul(*plan.primitive, fa.data(), b_data, fbias ? fbias->data() : nullptr, fc.data());
 	fc.store();
 }
 
 // Runs `key` on its plan, made on first use and kept for the process: the plain, batched and
 // into-f32 products share one cache (their keys differ in batch and result type).
-void run_cached(const GemmKey& key, const Tensor& a, const Tensor& b, const Tensor& c)
+void run_cached(const GemmKey& key, const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& bias = {})
 {
 	static std::mutex mutex;
 	static std::map<GemmKey, GemmPlan> plans;
@@ -191,7 +217,7 @@ void run_cached(const GemmKey& key, const Tensor& a, const Tensor& b, const Tens
 	auto it = plans.find(key);
 	if (it == plans.end())
 		it = plans.emplace(key, key.result != key.dtype ? plan_gemm_into_f32(key) : plan_gemm(key)).first;
-	run_plan(it->second, key, a, b, c);
+	run_plan(it->second, key, a, b, c, bias);
 }
 
 } // namespace
@@ -214,6 +240,25 @@ void CpuOps::gemm(Transpose ta, Transpose tb, float alpha, const Tensor& a, cons
 	const GemmKey key{d.m,		      d.n, d.k, a.dim(1), b.dim(1), c.dim(1), ta == Transpose::yes,
 			  tb == Transpose::yes, a.dtype(), alpha, beta, a.dtype()};
 	run_cached(key, a, b, c);
+}
+
+void CpuOps::gemm_bias_act(Transpose ta, Transpose tb, const Tensor& a, const Tensor& b, const Tensor& bias, bool relu,
+			   const Tensor& c) const
+{
+	const GemmDims d = checked_gemm_dims(ta, tb, a, b, c);
+	for (const Tensor* t : {&a, &b, &c, &bias})
+		expect_on(*t, Device{}, "gemm operand");
+	TOWER_CHECK(bias.numel() == d.n && bias.dtype() == c.dtype(), "gemm bias: {} {} for a product of {} {} columns",
+		    dtype_name(bias.dtype()), shape_text(bias.shape()), d.n, dtype_name(c.dtype()));
+	if (d.m == 0 || d.n == 0 || d.k == 0) { // oneDNN refuses empty dimensions
+		Ops::gemm_bias_act(ta, tb, a, b, bias, relu, c);
+		return;
+	}
+	GemmKey key{d.m,		      d.n, d.k, a.dim(1), b.dim(1), c.dim(1), ta == Transpose::yes,
+		    tb == Transpose::yes, a.dtype(), 1.0f, 0.0f, a.dtype()};
+	key.bias = true;
+	key.relu = relu;
+	run_cached(key, a, b, c, bias);
 }
 
 namespace {

@@ -16,6 +16,8 @@ public:
 	void accumulate(float alpha, const Tensor& x, const Tensor& y) const override;
 	void bias_act(const Tensor& y, const Tensor& bias, int64_t inner, bool relu) const override;
 	void bias_grad(const Tensor& dy, const Tensor& db, int64_t inner, bool accumulate) const override;
+	void gemm_bias_act(Transpose ta, Transpose tb, const Tensor& a, const Tensor& b, const Tensor& bias, bool relu,
+			   const Tensor& c) const override;
 	void relu_forward(const Tensor& x, const Tensor& y) const override;
 	void relu_backward(const Tensor& y, const Tensor& dy, const Tensor& dx) const override;
 	void im2col(const ConvGeometry& g, const Tensor& image, const Tensor& col) const override;
@@ -42,6 +44,8 @@ public:
 				bool accumulate) const override;
 	void gelu_forward(const Tensor& x, const Tensor& y) const override;
 	void gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) const override;
+	void gelu_backward_bias_grad(const Tensor& x, const Tensor& dy, const Tensor& dx, const Tensor& db,
+				     bool accumulate) const override;
 	void causal_softmax_forward(const Tensor& scores, float scale, const Tensor& probs) const override;
 	void causal_softmax_backward(const Tensor& probs, const Tensor& dprobs, float scale,
 				     const Tensor& dscores) const override;
