@@ -104,9 +104,9 @@ public:
 	// y viewed as [outer, bias.numel(), inner]: y[o, c, i] += bias[c], then max(0, .) with `relu`.
 	virtual void bias_act(const Tensor& y, const Tensor& bias, int64_t inner, bool relu) const = 0;
 	// A layer's product and its bias in one: c = op(a) op(b) + bias (bias: one value per column
-	// of c, of c's type), then max(0, .) with `relu`. The CPU adds the bias and the ReLU inside
-	// the product, before c is written (a 16-bit c is rounded once, after the bias); by default
-	// (fused_defaults.cpp, what CUDA runs) it is gemm, then bias_act.
+	// of c, of c's type), then max(0, .) with `relu` (NaN stays NaN). The CPU adds the bias inside
+	// the product, before c is written (a 16-bit c is rounded once, after the bias), and the ReLU
+	// after; by default (fused_defaults.cpp, what CUDA runs) it is gemm, then bias_act.
 	virtual void gemm_bias_act(Transpose ta, Transpose tb, const Tensor& a, const Tensor& b, const Tensor& bias,
 				   bool relu, const Tensor& c) const;
 	// db[c] (+)= sum over o, i of dy[o, c, i]; adds to db with `accumulate`.

@@ -1,7 +1,9 @@
 // Tests of the CPU ops backend against float64 references, and of its error reporting.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <tuple>
 
 #include "models/kernels/cpu/cpu_threads.h"
@@ -174,7 +176,13 @@ TEST_CASE("gemm_bias_act is gemm then bias and ReLU: the same bits in f32, one r
 					}
 				CHECK(wrong == 0);
 			}
+	// A NaN input stays NaN through the ReLU (a max instruction would make it 0 and hide it).
 	const Tensor a = random_tensor({4, 3}, "a"), w = random_tensor({5, 3}, "w"), c = random_tensor({4, 5}, "c");
+	a.data_as<float>()[0] = std::numeric_limits<float>::quiet_NaN();
+	ops.gemm_bias_act(Transpose::no, Transpose::yes, a, w, random_tensor({5}, "b"), true, c);
+	const std::vector<float> row = c.to_host_f32();
+	CHECK(std::all_of(row.begin(), row.begin() + 5, [](float v) { return std::isnan(v); }));
+	CHECK(std::none_of(row.begin() + 5, row.end(), [](float v) { return std::isnan(v); }));
 	CHECK_THROWS_WITH_AS(ops.gemm_bias_act(Transpose::no, Transpose::yes, a, w, random_tensor({4}, "b"), false, c),
 			     doctest::Contains("gemm bias: f32 [4] for a product of 5 f32 columns"), Error);
 }

@@ -26,12 +26,11 @@ struct GemmKey {
 	int64_t groups = 1; // > 1: that many groups of `batch` products, the group strides apart
 	int64_t group_a = 0, group_b = 0, group_c = 0;
 	bool bias = false; // a row of n values, of the operands' type, added inside the product
-	bool relu = false; // then max(0, .)
 
 	auto tie() const
 	{
 		return std::tie(m, n, k, lda, ldb, ldc, ta, tb, dtype, alpha, beta, result, batch, stride_a, stride_b,
-				stride_c, groups, group_a, group_b, group_c, bias, relu);
+				stride_c, groups, group_a, group_b, group_c, bias);
 	}
 	bool operator<(const GemmKey& o) const { return tie() < o.tie(); }
 };
@@ -72,14 +71,13 @@ std::unique_ptr<DnnlPrimitive> make_matmul(const GemmKey& key, DType dtype, DTyp
 	attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
 	if (key.alpha != 1.0f)
 		attr.set_output_scales(0, {key.alpha});
-	dnnl::post_ops post;
-	if (key.beta != 0.0f)
+	if (key.beta != 0.0f) {
+		dnnl::post_ops post;
 		post.append_sum(key.beta);
-	if (key.relu)
-		post.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
-	attr.set_post_ops(post);
+		attr.set_post_ops(post);
+	}
 	// 16-bit operands accumulate in f32 inside the kernel and are rounded once on the way out,
-	// after the bias: in f32 the sum and max are those of a separate pass, to the bit.
+	// after the bias: in f32 the sum is that of a separate pass, to the bit.
 	if (!key.bias) {
 		const dnnl::matmul::primitive_desc pd({a, b, c}, attr, dnnl_cpu_engine());
 		return std::make_unique<DnnlPrimitive>(dnnl::matmul(pd), pd,
@@ -174,7 +172,7 @@ GemmPlan plan_gemm_into_f32(const GemmKey& key)
 	return plan_f32(key);
 }
 
-// c = alpha op(a) op(b) + beta c (+ bias, ReLU) on a plan's primitive; c is f32 or the operands'
+// c = alpha op(a) op(b) + beta c (+ bias) on a plan's primitive; c is f32 or the operands'
 // type, bias (where the key has one) the operands' type.
 void run_plan(GemmPlan& plan, const GemmKey& key, const Tensor& a, const Tensor& b, const Tensor& c,
 	      const Tensor& bias)
@@ -257,8 +255,11 @@ void CpuOps::gemm_bias_act(Transpose ta, Transpose tb, const Tensor& a, const Te
 	GemmKey key{d.m,		      d.n, d.k, a.dim(1), b.dim(1), c.dim(1), ta == Transpose::yes,
 		    tb == Transpose::yes, a.dtype(), 1.0f, 0.0f, a.dtype()};
 	key.bias = true;
-	key.relu = relu;
 	run_cached(key, a, b, c, bias);
+	// The ReLU in a pass of its own: oneDNN's ReLU post-op is a max instruction that turns NaN into
+	// 0, which would hide a non-finite activation from the step's checks (PyTorch's ReLU keeps it).
+	if (relu)
+		relu_forward(c, c);
 }
 
 namespace {
