@@ -68,6 +68,13 @@ MatrixBatch rows_of(const Tensor& t, int64_t row0, int64_t rows);
 // side by side in each row (matrix (b, h) is rows b * T .. b * T + T - 1, columns col0 + h * D ..).
 MatrixBatch heads_in_rows(const Tensor& rows, int64_t sequences, int64_t col0, int64_t heads, int64_t d);
 
+// The default attention goes by blocks of this many positions: block i of queries sees the keys
+// of blocks 0..i only, so at T = 128 its products cover 5/8 of the T x T square.
+constexpr int64_t causal_block_positions = 32;
+
+// The share of the T x T products those blocks compute at context t.
+double causal_block_share(int64_t t);
+
 struct XentResult {
 	float loss = 0.0f;   // mean over the batch
 	int64_t correct = 0; // rows whose arg-max equals the label
@@ -189,6 +196,24 @@ public:
 	// is never used; dscores may be dprobs itself.
 	virtual void causal_softmax_backward(const Tensor& probs, const Tensor& dprobs, float scale,
 					     const Tensor& dscores) const = 0;
+
+	// Causal self-attention of one layer with its heads side by side in rows: qkv [B * T, 3 * W]
+	// holds the queries, keys and values (W = heads * D; head h is columns h * D .. of each), y
+	// [B * T, W] receives softmax(q k^T / sqrt(D), causal) v of each head; probs [B * heads, T, T]
+	// keeps the probabilities for the backward pass (0 above the diagonal wherever a product
+	// reads them) and scores [B * heads, T, T] is room for the scores. By default
+	// (causal_attention.cpp, what CUDA and 16-bit types run) strided products by blocks of
+	// causal_block_positions and the causal softmax ops; the CPU runs f32 on kernels of its own
+	// (cpu/attention_f32.cpp) where it has AVX-512 and one thread.
+	virtual void causal_attention_forward(const Tensor& qkv, int64_t batch, int64_t heads, const Tensor& scores,
+					      const Tensor& probs, const Tensor& y) const;
+	// dqkv [B * T, 3 * W] (every element written) from dy [B * T, W] and the forward's qkv and
+	// probs; dprobs [B * heads, T, T] is room for the probabilities' gradient.
+	virtual void causal_attention_backward(const Tensor& qkv, const Tensor& probs, const Tensor& dy, int64_t batch,
+					       int64_t heads, const Tensor& dprobs, const Tensor& dqkv) const;
+	// Whether the two above use their scores and dprobs room for this type: where they do not
+	// (the CPU's own f32 kernels keep one head's in cache), the caller may pass empty tensors.
+	virtual bool causal_attention_uses_room(DType /*type*/) const { return true; }
 
 	// Moves attention heads between rows and heads: rows [B, T, W] and heads [B, H, T, D] with
 	// heads[b, h, t, d] = rows[b, t, offset + h * D + d]; copies rows into heads with `to_heads`,

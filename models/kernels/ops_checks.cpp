@@ -151,6 +151,23 @@ void check_causal_softmax(const Tensor& scores, const Tensor& probs)
 		    shape_text(probs.shape()));
 }
 
+AttentionDims check_causal_attention(const Tensor& qkv, int64_t batch, int64_t heads, const Tensor& probs,
+				     const Tensor& out)
+{
+	expect_float(qkv, "attention's queries, keys and values");
+	expect_same_dtype(qkv, probs, "causal attention");
+	expect_same_dtype(qkv, out, "causal attention");
+	TOWER_CHECK(batch > 0 && heads > 0 && qkv.rank() == 2 && qkv.dim(0) % batch == 0 && qkv.dim(1) % (3 * heads) == 0,
+		    "causal attention needs qkv [B * T, 3 * heads * D] for {} sequences and {} heads, got {}", batch, heads,
+		    shape_text(qkv.shape()));
+	const AttentionDims a{qkv.dim(0) / batch, qkv.dim(1) / (3 * heads)};
+	TOWER_CHECK(probs.shape() == Shape({batch * heads, a.time, a.time}) && out.shape() == Shape({qkv.dim(0), heads * a.d}),
+		    "causal attention over qkv {} needs probabilities [{}, {}, {}] and output [{}, {}], got {} and {}",
+		    shape_text(qkv.shape()), batch * heads, a.time, a.time, qkv.dim(0), heads * a.d,
+		    shape_text(probs.shape()), shape_text(out.shape()));
+	return a;
+}
+
 void check_permute_heads(const Tensor& rows, int64_t offset, const Tensor& heads)
 {
 	expect_float(rows, "head rows");

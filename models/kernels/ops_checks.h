@@ -64,6 +64,14 @@ int64_t check_layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor
 // Causal softmax: scores and probs [N, T, T] of one compute type.
 void check_causal_softmax(const Tensor& scores, const Tensor& probs);
 
+// Causal attention's operands: qkv [B * T, 3 * heads * D], probs [B * heads, T, T] and out (y or
+// dy) [B * T, heads * D], all of one float type. Returns T and D.
+struct AttentionDims {
+	int64_t time, d;
+};
+AttentionDims check_causal_attention(const Tensor& qkv, int64_t batch, int64_t heads, const Tensor& probs,
+				     const Tensor& out);
+
 // Heads [B, H, T, D] against rows [B, T, W] with columns offset .. offset + H * D.
 void check_permute_heads(const Tensor& rows, int64_t offset, const Tensor& heads);
 

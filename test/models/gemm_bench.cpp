@@ -60,9 +60,10 @@ void add_linear(std::vector<StepGemm>& gemms, const char* forward, const char* w
 }
 
 // The GEMMs of one step of the GPT (models/gpt.cpp): every block's four linear layers and six
-// per-head attention products, and the tied embedding's output layer, each shape once with how
-// many times a step runs it in `repeats`.
-std::vector<StepGemm> gpt_step_gemms(const GptOptions& o, int64_t windows, std::vector<int>& repeats)
+// per-head attention products (where the step runs them on oneDNN: not where the CPU's own f32
+// attention kernels run), and the tied embedding's output layer, each shape once with how many
+// times a step runs it in `repeats`.
+std::vector<StepGemm> gpt_step_gemms(const GptOptions& o, int64_t windows, bool attention, std::vector<int>& repeats)
 {
 	const int64_t rows = windows * o.context, w = o.width, t = o.context, d = o.width / o.heads;
 	const int64_t heads = windows * o.heads;
@@ -73,12 +74,14 @@ std::vector<StepGemm> gpt_step_gemms(const GptOptions& o, int64_t windows, std::
 	add_linear(gemms, "fc x W^T", "fc dz^T x", "fc dz W", rows, w, 4 * w);
 	add_linear(gemms, "mlp.proj x W^T", "mlp.proj dz^T x", "mlp.proj dz W", rows, 4 * w, w);
 	const double share = causal_block_share(t);
-	gemms.push_back({"scores q k^T", t, d, t, Transpose::no, Transpose::yes, heads, share});
-	gemms.push_back({"y = P v", t, t, d, Transpose::no, Transpose::no, heads, share});
-	gemms.push_back({"dP = dy v^T", t, d, t, Transpose::no, Transpose::yes, heads, share});
-	gemms.push_back({"dv = P^T dy", t, t, d, Transpose::yes, Transpose::no, heads, share});
-	gemms.push_back({"dq = dS k", t, t, d, Transpose::no, Transpose::no, heads, share});
-	gemms.push_back({"dk = dS^T q", t, t, d, Transpose::yes, Transpose::no, heads, share});
+	if (attention) {
+		gemms.push_back({"scores q k^T", t, d, t, Transpose::no, Transpose::yes, heads, share});
+		gemms.push_back({"y = P v", t, t, d, Transpose::no, Transpose::no, heads, share});
+		gemms.push_back({"dP = dy v^T", t, d, t, Transpose::no, Transpose::yes, heads, share});
+		gemms.push_back({"dv = P^T dy", t, t, d, Transpose::yes, Transpose::no, heads, share});
+		gemms.push_back({"dq = dS k", t, t, d, Transpose::no, Transpose::no, heads, share});
+		gemms.push_back({"dk = dS^T q", t, t, d, Transpose::yes, Transpose::no, heads, share});
+	}
 	repeats.assign(gemms.size(), layers);
 	gemms.push_back({"logits x E^T", rows, w, o.vocab, Transpose::no, Transpose::yes});
 	gemms.push_back({"dx = dlogits E", rows, o.vocab, w, Transpose::no, Transpose::no});
@@ -144,7 +147,8 @@ int bench_gpt(const ModelConfig& config, int64_t windows, double min_seconds)
 {
 	const GptOptions o = gpt_options(config);
 	std::vector<int> repeats;
-	const auto gemms = gpt_step_gemms(o, windows, repeats);
+	const bool attention = ops_for(Device{}).causal_attention_uses_room(config.precision);
+	const auto gemms = gpt_step_gemms(o, windows, attention, repeats);
 	std::printf("oneDNN %s, %s kernels, %d thread(s), %s, GPT %lld layers width %lld heads %lld context %lld, "
 		    "%lld windows\n",
 		    onednn_version(), onednn_isa(), cpu_threads(), std::string(dtype_name(config.precision)).c_str(),
@@ -169,8 +173,12 @@ int bench_gpt(const ModelConfig& config, int64_t windows, double min_seconds)
 			    static_cast<long long>(g.m), static_cast<long long>(g.k), static_cast<long long>(g.n),
 			    repeats[i], 1e3 * s, rate);
 	}
-	std::printf("attention's products are timed whole; the step computes %.3f of them (causal blocks of %lld)\n",
-		    causal_block_share(o.context), static_cast<long long>(causal_block_positions));
+	if (attention)
+		std::printf("attention's products are timed whole; the step computes %.3f of them (causal blocks of %lld)\n",
+			    causal_block_share(o.context), static_cast<long long>(causal_block_positions));
+	else
+		std::printf("attention runs on tower's own %s kernels (models/kernels/cpu/attention_f32.cpp), not here\n",
+			    std::string(dtype_name(config.precision)).c_str());
 	std::printf("the step's GEMMs alone: %.2f GFLOP in %.3f ms, %.1f GFLOP/s/core; largest shape %.1f GFLOP/s/core\n",
 		    step_flops / 1e9, 1e3 * seconds, step_flops / seconds / 1e9 / cpu_threads(), peak);
 	return 0;

@@ -281,6 +281,111 @@ TEST_CASE("the causal softmax sees only the past, and its gradient matches float
 	check_near(ds, want_ds, 1e-6, "causal softmax gradient");
 }
 
+namespace {
+
+// Causal attention of qkv [B * T, 3 * H * D] in float64: y [B * T, H * D], probs (below the
+// diagonal) and dqkv from dy.
+struct AttentionReference {
+	Vec y, probs, dqkv;
+};
+
+AttentionReference reference_attention(const Vec& qkv, const Vec& dy, int64_t b, int64_t t, int64_t h, int64_t d)
+{
+	const int64_t w = h * d;
+	AttentionReference r{Vec(static_cast<size_t>(b * t * w), 0.0), Vec(static_cast<size_t>(b * h * t * t), 0.0),
+			     Vec(qkv.size(), 0.0)};
+	const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+	for (int64_t item = 0; item < b * h; ++item) {
+		const int64_t row0 = (item / h) * t, col = (item % h) * d;
+		const auto at = [&](int64_t part, int64_t i, int64_t e) { return qkv[(row0 + i) * 3 * w + part * w + col + e]; };
+		const auto grad = [&](int64_t part, int64_t i, int64_t e) -> double& {
+			return r.dqkv[(row0 + i) * 3 * w + part * w + col + e];
+		};
+		double* p = &r.probs[item * t * t];
+		Vec ds(static_cast<size_t>(t * t), 0.0);
+		for (int64_t i = 0; i < t; ++i) {
+			double top = -1e300, sum = 0.0, dot = 0.0;
+			Vec sc(static_cast<size_t>(i + 1)), dp(static_cast<size_t>(i + 1));
+			for (int64_t j = 0; j <= i; ++j) {
+				for (int64_t e = 0; e < d; ++e)
+					sc[j] += at(0, i, e) * at(1, j, e) * scale;
+				top = std::max(top, sc[j]);
+			}
+			for (int64_t j = 0; j <= i; ++j)
+				sum += std::exp(sc[j] - top);
+			for (int64_t j = 0; j <= i; ++j) {
+				p[i * t + j] = std::exp(sc[j] - top) / sum;
+				for (int64_t e = 0; e < d; ++e) {
+					r.y[(row0 + i) * w + col + e] += p[i * t + j] * at(2, j, e);
+					dp[j] += dy[(row0 + i) * w + col + e] * at(2, j, e);
+				}
+				dot += p[i * t + j] * dp[j];
+			}
+			for (int64_t j = 0; j <= i; ++j) {
+				ds[i * t + j] = scale * p[i * t + j] * (dp[j] - dot);
+				for (int64_t e = 0; e < d; ++e) {
+					grad(2, j, e) += p[i * t + j] * dy[(row0 + i) * w + col + e];
+					grad(0, i, e) += ds[i * t + j] * at(1, j, e);
+					grad(1, j, e) += ds[i * t + j] * at(0, i, e);
+				}
+			}
+		}
+	}
+	return r;
+}
+
+} // namespace
+
+// The CPU's own f32 kernels where this CPU has them (tiles of 8 rows, 32 columns, padded to
+// vectors), the default blocks otherwise (bf16, and f32 under ONEDNN_MAX_CPU_ISA=AVX2): T = 72 is
+// not a whole number of blocks or vectors, D = 16 fills half a tile's columns.
+TEST_CASE("causal attention forward and backward match float64, in f32 and bf16")
+{
+	const Ops& ops = ops_for(Device{});
+	struct Size {
+		int64_t b, t, h, d;
+	};
+	for (const Size z : {Size{2, 72, 2, 64}, Size{1, 20, 3, 16}})
+		for (DType type : {DType::f32, DType::bf16}) {
+			CAPTURE(z.t);
+			CAPTURE(z.d);
+			CAPTURE(dtype_name(type));
+			const int64_t w = z.h * z.d;
+			const auto make = [&](const Shape& shape, const char* name) {
+				Tensor out = Tensor::empty(shape, type, Device{});
+				ops.cast(random_tensor(shape, name, 2.0f), out, false);
+				return out;
+			};
+			const Tensor qkv = make({z.b * z.t, 3 * w}, "qkv"), dy = make({z.b * z.t, w}, "dy");
+			const Shape square{z.b * z.h, z.t, z.t};
+			const bool room = ops.causal_attention_uses_room(type);
+			const Tensor scores = room ? Tensor::empty(square, type, Device{}) : Tensor();
+			const Tensor dprobs = room ? Tensor::empty(square, type, Device{}) : Tensor();
+			const Tensor probs = Tensor::empty(square, type, Device{});
+			const Tensor y = Tensor::empty({z.b * z.t, w}, type, Device{}), dqkv = Tensor::empty(qkv.shape(), type, Device{});
+			ops.fill(dqkv, 7.0f); // every element must be written
+			ops.causal_attention_forward(qkv, z.b, z.h, scores, probs, y);
+			ops.causal_attention_backward(qkv, probs, dy, z.b, z.h, dprobs, dqkv);
+			const AttentionReference want = reference_attention(values(qkv), values(dy), z.b, z.t, z.h, z.d);
+			const double tol = type == DType::f32 ? 1e-5 : 3e-2;
+			check_near(y, want.y, tol, "attention output");
+			check_near(dqkv, want.dqkv, tol, "attention qkv gradient");
+			const Vec got_p = values(probs);
+			double worst = 0.0;
+			for (int64_t item = 0; item < z.b * z.h; ++item)
+				for (int64_t i = 0; i < z.t; ++i)
+					for (int64_t j = 0; j <= i; ++j) {
+						const size_t at = static_cast<size_t>((item * z.t + i) * z.t + j);
+						worst = std::max(worst, std::abs(got_p[at] - want.probs[at]));
+					}
+			CHECK(worst <= tol);
+		}
+	const Tensor qkv = random_tensor({8, 12}, "qkv"), y = random_tensor({8, 3}, "y");
+	const Tensor probs = Tensor::empty({4, 4, 4}, DType::f32, Device{});
+	CHECK_THROWS_WITH_AS(ops.causal_attention_forward(qkv, 2, 2, probs, probs, y),
+			     doctest::Contains("needs probabilities [4, 4, 4] and output [8, 4]"), Error);
+}
+
 TEST_CASE("heads move between [B, T, W] rows and [B, H, T, D] and back")
 {
 	const Ops& ops = ops_for(Device{});

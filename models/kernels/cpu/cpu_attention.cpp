@@ -1,15 +1,62 @@
-// Attention's own CPU operations: the causal softmax and its gradient, and moving heads between layouts.
+// Attention's own CPU operations: the whole causal attention in f32, the causal softmax and its
+// gradient, and moving heads between layouts.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
+#include "models/kernels/cpu/attention_f32.h"
 #include "models/kernels/cpu/cpu_ops.h"
+#include "models/kernels/cpu/cpu_threads.h"
 #include "models/kernels/cpu/f32_copy.h"
 #include "models/kernels/cpu/vector_math.h"
 #include "models/kernels/ops_checks.h"
+#include "base/error.h"
 
 namespace tower {
+
+namespace {
+
+// f32 runs on the kernels of attention_f32.cpp, one sequence and head at a time on one thread,
+// where this CPU has them; with more threads per rank oneDNN's parallel products do better.
+bool own_attention_kernels(DType type)
+{
+	return type == DType::f32 && cpu_threads() == 1 && attention_f32_available();
+}
+
+} // namespace
+
+bool CpuOps::causal_attention_uses_room(DType type) const
+{
+	return !own_attention_kernels(type);
+}
+
+void CpuOps::causal_attention_forward(const Tensor& qkv, int64_t batch, int64_t heads, const Tensor& scores,
+				      const Tensor& probs, const Tensor& y) const
+{
+	if (!own_attention_kernels(qkv.dtype())) {
+		Ops::causal_attention_forward(qkv, batch, heads, scores, probs, y);
+		return;
+	}
+	const AttentionDims a = check_causal_attention(qkv, batch, heads, probs, y);
+	attention_forward_f32({batch, a.time, heads, a.d}, qkv.data_as<float>(), probs.data_as<float>(),
+			      y.data_as<float>());
+}
+
+void CpuOps::causal_attention_backward(const Tensor& qkv, const Tensor& probs, const Tensor& dy, int64_t batch,
+				       int64_t heads, const Tensor& dprobs, const Tensor& dqkv) const
+{
+	if (!own_attention_kernels(qkv.dtype())) {
+		Ops::causal_attention_backward(qkv, probs, dy, batch, heads, dprobs, dqkv);
+		return;
+	}
+	const AttentionDims a = check_causal_attention(qkv, batch, heads, probs, dy);
+	expect_same_dtype(qkv, dqkv, "causal attention backward");
+	TOWER_CHECK(dqkv.shape() == qkv.shape(), "attention's qkv gradient {} is not qkv's shape {}",
+		    shape_text(dqkv.shape()), shape_text(qkv.shape()));
+	attention_backward_f32({batch, a.time, heads, a.d}, qkv.data_as<float>(), probs.data_as<float>(),
+			       dy.data_as<float>(), dqkv.data_as<float>());
+}
 
 void CpuOps::causal_softmax_forward(const Tensor& scores, float scale, const Tensor& probs) const
 {

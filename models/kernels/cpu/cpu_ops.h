@@ -44,6 +44,11 @@ public:
 				bool accumulate) const override;
 	void gelu_forward(const Tensor& x, const Tensor& y) const override;
 	void gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) const override;
+	void causal_attention_forward(const Tensor& qkv, int64_t batch, int64_t heads, const Tensor& scores,
+				      const Tensor& probs, const Tensor& y) const override;
+	void causal_attention_backward(const Tensor& qkv, const Tensor& probs, const Tensor& dy, int64_t batch,
+				       int64_t heads, const Tensor& dprobs, const Tensor& dqkv) const override;
+	bool causal_attention_uses_room(DType type) const override;
 	void gelu_backward_bias_grad(const Tensor& x, const Tensor& dy, const Tensor& dx, const Tensor& db,
 				     bool accumulate) const override;
 	void causal_softmax_forward(const Tensor& scores, float scale, const Tensor& probs) const override;

@@ -1,0 +1,316 @@
+// Causal self-attention in f32 one sequence and head at a time, on AVX-512 register tiles.
+//
+// oneDNN runs attention's products as batched strided GEMMs: each product streams every head's
+// operands through memory once, and at these sizes (blocks of 32 x 64 x 32..128) a GEMM call per
+// matrix costs as much as its arithmetic; in the fp32 GPT step they ran at 69 GFLOP/s against
+// 170 for the layers' GEMMs. Here one head's queries, keys, values and probabilities (160 KiB at
+// T = 128, D = 64) stay in cache from its first product to its last, each tile of 8 query rows
+// computes only the keys up to its last row, and the softmax runs on rows still in cache.
+#include "models/kernels/cpu/attention_f32.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "models/kernels/cpu/vector_math.h"
+
+namespace tower {
+
+bool attention_f32_available()
+{
+	static const bool available = [] {
+		const char* cap = std::getenv("ONEDNN_MAX_CPU_ISA");
+		const bool capped = cap != nullptr && (std::strncmp(cap, "SSE", 3) == 0 || std::strncmp(cap, "AVX", 3) == 0) &&
+				    std::strncmp(cap, "AVX512", 6) != 0;
+		return __builtin_cpu_supports("avx512f") && !capped;
+	}();
+	return available;
+}
+
+// Everything below is compiled for AVX-512 (the check above runs first, compiled for any x86-64):
+// the loops vectorize sixteen wide, and the intrinsics are allowed.
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+
+namespace {
+
+constexpr int64_t tile_rows = 8;  // 8 rows x 2 vectors: 16 accumulators of the 32 registers
+constexpr int64_t tile_cols = 32;
+
+// Operand a of a tile product: element (r, p) at data[r * row + p * col] (col = 1 for a matrix
+// read as it is stored, row = 1 for one read transposed).
+struct Strided {
+	const float* data;
+	int64_t row, col;
+};
+
+inline __mmask16 first_lanes(int64_t n)
+{
+	return n >= 16 ? static_cast<__mmask16>(0xFFFF) : n <= 0 ? 0 : static_cast<__mmask16>((1u << n) - 1);
+}
+
+// c[r, j] = sum over p < k of a(r, p) b[p * ldb + j], for r < R and j < cols <= 32: each b row is
+// two vectors, each a(r, p) broadcast, the sums kept in registers in the order of p.
+template <int R>
+void tile(Strided a, const float* b, int64_t ldb, int64_t k, float* c, int64_t ldc, int64_t cols)
+{
+	const __mmask16 m0 = first_lanes(cols), m1 = first_lanes(cols - 16);
+	// The row loops unrolled, so that the accumulators live in registers (GCC at -O2 kept them
+	// in memory otherwise, at a third of the speed).
+	__m512 acc[R][2];
+#pragma GCC unroll 8
+	for (int r = 0; r < R; ++r)
+		acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+	for (int64_t p = 0; p < k; ++p) {
+		const __m512 b0 = _mm512_maskz_loadu_ps(m0, b + p * ldb);
+		const __m512 b1 = _mm512_maskz_loadu_ps(m1, b + p * ldb + 16);
+#pragma GCC unroll 8
+		for (int r = 0; r < R; ++r) {
+			const __m512 x = _mm512_set1_ps(a.data[r * a.row + p * a.col]);
+			acc[r][0] = _mm512_fmadd_ps(x, b0, acc[r][0]);
+			acc[r][1] = _mm512_fmadd_ps(x, b1, acc[r][1]);
+		}
+	}
+#pragma GCC unroll 8
+	for (int r = 0; r < R; ++r) {
+		_mm512_mask_storeu_ps(c + r * ldc, m0, acc[r][0]);
+		_mm512_mask_storeu_ps(c + r * ldc + 16, m1, acc[r][1]);
+	}
+}
+
+// Rows [0, rows) (at most 8) of c = a b over `cols` columns and inner length k, 32 columns at a time.
+void tile_rows_product(int64_t rows, Strided a, const float* b, int64_t ldb, int64_t k, float* c,
+				    int64_t ldc, int64_t cols)
+{
+	for (int64_t j = 0; j < cols; j += tile_cols) {
+		const Strided aj = a;
+		const int64_t n = std::min(tile_cols, cols - j);
+		switch (rows) {
+		case 8: tile<8>(aj, b + j, ldb, k, c + j, ldc, n); break;
+		case 7: tile<7>(aj, b + j, ldb, k, c + j, ldc, n); break;
+		case 6: tile<6>(aj, b + j, ldb, k, c + j, ldc, n); break;
+		case 5: tile<5>(aj, b + j, ldb, k, c + j, ldc, n); break;
+		case 4: tile<4>(aj, b + j, ldb, k, c + j, ldc, n); break;
+		case 3: tile<3>(aj, b + j, ldb, k, c + j, ldc, n); break;
+		case 2: tile<2>(aj, b + j, ldb, k, c + j, ldc, n); break;
+		default: tile<1>(aj, b + j, ldb, k, c + j, ldc, n); break;
+		}
+	}
+}
+
+// The sum of x[0 .. n) (of x[j] y[j] with y) in sixteen lanes, as vector_math.h's lane_sum (whose
+// instances are compiled for the default target, and would call a lambda from here per element).
+inline float sum16(const float* x, const float* y, int64_t n)
+{
+	constexpr int64_t lanes = 16;
+	float s[lanes] = {};
+	int64_t j = 0;
+	for (; j + lanes <= n; j += lanes)
+		for (int64_t l = 0; l < lanes; ++l)
+			s[l] += y != nullptr ? x[j + l] * y[j + l] : x[j + l];
+	for (; j < n; ++j)
+		s[0] += y != nullptr ? x[j] * y[j] : x[j];
+	for (int64_t width = lanes / 2; width > 0; width /= 2)
+		for (int64_t l = 0; l < width; ++l)
+			s[l] += s[l + width];
+	return s[0];
+}
+
+// The maximum of row[0 .. n) in sixteen lanes (one running maximum waits on each comparison).
+inline float lane_max(const float* row, int64_t n)
+{
+	constexpr int64_t lanes = 16;
+	float m[lanes];
+	std::fill_n(m, lanes, row[0]);
+	int64_t j = 0;
+	for (; j + lanes <= n; j += lanes)
+		for (int64_t l = 0; l < lanes; ++l)
+			m[l] = std::max(m[l], row[j + l]);
+	for (; j < n; ++j)
+		m[0] = std::max(m[0], row[j]);
+	return *std::max_element(m, m + lanes);
+}
+
+// One head's matrices: element (i, e) of q, k, v, dq, dk, dv at [i * ld + e], of y and dy at
+// [i * ldy + e]; its probabilities and their gradient [t, t].
+struct Head {
+	const float *q, *k, *v;
+	int64_t ld;
+	int64_t t, d;
+};
+
+// m^T into out [d, t], so that the products against keys or values read rows of length t.
+void transpose_into(const float* m, int64_t ld, int64_t t, int64_t d, float* out)
+{
+	for (int64_t i = 0; i < t; ++i)
+		for (int64_t e = 0; e < d; ++e)
+			out[e * t + i] = m[i * ld + e];
+}
+
+// n rounded up to whole vectors of 16, at most t.
+int64_t padded_to_vectors(int64_t n, int64_t t)
+{
+	return std::min(t, (n + 15) / 16 * 16);
+}
+
+// c = a b^T for each tile of 8 rows of a, over the columns up to that tile's last row (padded to
+// whole vectors, which cost the tile nothing): the causal products (scores, and their gradient
+// dy v^T). bt is b transposed, [d, t].
+void causal_rows(const Head& h, const float* a, int64_t lda, const float* bt, float* c)
+{
+	for (int64_t i0 = 0; i0 < h.t; i0 += tile_rows) {
+		const int64_t rows = std::min(tile_rows, h.t - i0);
+		tile_rows_product(rows, {a + i0 * lda, lda, 1}, bt, h.t, h.d, c + i0 * h.t, h.t,
+				  padded_to_vectors(i0 + rows, h.t));
+	}
+}
+
+// out = p b for p [t, t] (0 above the diagonal): each tile of rows reads b's rows up to its last.
+void lower_times(const Head& h, const float* p, const float* b, int64_t ldb, float* out, int64_t ldo)
+{
+	for (int64_t i0 = 0; i0 < h.t; i0 += tile_rows) {
+		const int64_t rows = std::min(tile_rows, h.t - i0);
+		tile_rows_product(rows, {p + i0 * h.t, h.t, 1}, b, ldb, i0 + rows, out + i0 * ldo, ldo, h.d);
+	}
+}
+
+// out = p^T b for p [t, t] (0 above the diagonal): row j of out reads rows j.. of p and b.
+void lower_transposed_times(const Head& h, const float* p, const float* b, int64_t ldb, float* out,
+					 int64_t ldo)
+{
+	for (int64_t j0 = 0; j0 < h.t; j0 += tile_rows) {
+		const int64_t rows = std::min(tile_rows, h.t - j0);
+		tile_rows_product(rows, {p + j0 * h.t + j0, 1, h.t}, b + j0 * ldb, ldb, h.t - j0, out + j0 * ldo, ldo, h.d);
+	}
+}
+
+// The end of the tile of rows that row i belongs to: the products read a row's columns up to it,
+// so those past the diagonal must hold 0 (the columns after it are never read, nor written).
+int64_t tile_end(int64_t i, int64_t t)
+{
+	return std::min(t, (i / tile_rows + 1) * tile_rows);
+}
+
+// Row i of the scores in place: probabilities over keys 0..i (`seen`), then 0 up to tile_end.
+// The exponentials run over `padded` >= seen columns, whole vectors (the tile computed those
+// scores too, finite numbers, the exponential clamped; they are dropped).
+void softmax_row(float* row, int64_t seen, int64_t padded, int64_t t, float scale, float* e)
+{
+	const float top = lane_max(row, seen);
+	exp_shifted_f32(row, top, scale, e, padded);
+	const float inv = 1.0f / sum16(e, nullptr, seen);
+	for (int64_t j = 0; j < seen; ++j)
+		row[j] = e[j] * inv;
+	std::fill(row + seen, row + tile_end(seen - 1, t), 0.0f);
+}
+
+// Row i of dP in place: dS = scale p (dP - sum_j p dP) over keys 0..i, then 0 up to tile_end.
+void softmax_grad_row(const float* p, float* dp, int64_t seen, int64_t t, float scale)
+{
+	const float dot = sum16(p, dp, seen);
+	for (int64_t j = 0; j < seen; ++j)
+		dp[j] = scale * p[j] * (dp[j] - dot);
+	std::fill(dp + seen, dp + tile_end(seen - 1, t), 0.0f);
+}
+
+// The next head's operands, asked into L2 a row at a time while this head computes: its rows lie
+// 3 KiB apart at the default GPT, a pattern the hardware prefetchers leave alone, and the loads
+// of a cold head took a third of the backward pass. A row per softmax row spreads the requests
+// over the head (all at once, they queue behind each other).
+struct Upcoming {
+	const float* m[5] = {};
+	int64_t ld[5] = {};
+	int64_t cols[5] = {};
+	int count = 0;
+
+	void add(const float* matrix, int64_t row_stride, int64_t width)
+	{
+		m[count] = matrix;
+		ld[count] = row_stride;
+		cols[count] = width;
+		++count;
+	}
+	void row(int64_t i) const
+	{
+		for (int k = 0; k < count; ++k)
+			for (int64_t e = 0; e < cols[k]; e += 16)
+				_mm_prefetch(reinterpret_cast<const char*>(m[k] + i * ld[k] + e), _MM_HINT_T1);
+	}
+};
+
+Head head_of(const AttentionShape& s, const float* qkv, int64_t item)
+{
+	const int64_t width = s.heads * s.d, b = item / s.heads, hd = item % s.heads;
+	const float* q = qkv + b * s.time * 3 * width + hd * s.d;
+	return {q, q + width, q + 2 * width, 3 * width, s.time, s.d};
+}
+
+} // namespace
+
+void attention_forward_f32(const AttentionShape& s, const float* qkv, float* probs, float* y)
+{
+	const int64_t width = s.heads * s.d;
+	const float scale = 1.0f / std::sqrt(static_cast<float>(s.d));
+	std::vector<float> kt(static_cast<size_t>(s.d * s.time)), e(static_cast<size_t>(s.time));
+	for (int64_t item = 0; item < s.batch * s.heads; ++item) {
+		const Head h = head_of(s, qkv, item);
+		Upcoming next;
+		if (item + 1 < s.batch * s.heads) {
+			const Head n = head_of(s, qkv, item + 1);
+			for (const float* m : {n.q, n.k, n.v})
+				next.add(m, n.ld, n.d);
+		}
+		float* p = probs + item * s.time * s.time;
+		float* out = y + (item / s.heads) * s.time * width + (item % s.heads) * s.d;
+		transpose_into(h.k, h.ld, h.t, h.d, kt.data());
+		causal_rows(h, h.q, h.ld, kt.data(), p);
+		for (int64_t i = 0; i < h.t; ++i) {
+			next.row(i);
+			softmax_row(p + i * h.t, i + 1, padded_to_vectors(i + 1, h.t), h.t, scale, e.data());
+		}
+		lower_times(h, p, h.v, h.ld, out, width);
+	}
+}
+
+void attention_backward_f32(const AttentionShape& s, const float* qkv, const float* probs, const float* dy,
+			    float* dqkv)
+{
+	const int64_t width = s.heads * s.d;
+	const float scale = 1.0f / std::sqrt(static_cast<float>(s.d));
+	// One head's dS at a time, in a buffer that stays in cache (64 KiB at T = 128): written to
+	// dprobs, each head's would go out to memory and come back.
+	std::vector<float> vt(static_cast<size_t>(s.d * s.time)), ds(static_cast<size_t>(s.time * s.time));
+	for (int64_t item = 0; item < s.batch * s.heads; ++item) {
+		const Head h = head_of(s, qkv, item);
+		Upcoming next;
+		if (item + 1 < s.batch * s.heads) {
+			const Head n = head_of(s, qkv, item + 1);
+			for (const float* m : {n.q, n.k, n.v})
+				next.add(m, n.ld, n.d);
+			next.add(dy + ((item + 1) / s.heads) * s.time * width + ((item + 1) % s.heads) * s.d, width, s.d);
+			next.add(probs + (item + 1) * s.time * s.time, s.time, s.time);
+		}
+		const float* p = probs + item * s.time * s.time;
+		const int64_t offset = (item / s.heads) * s.time * 3 * width + (item % s.heads) * s.d;
+		float *dq = dqkv + offset, *dk = dq + width, *dv = dq + 2 * width;
+		const float* g = dy + (item / s.heads) * s.time * width + (item % s.heads) * s.d;
+		// dP = dy v^T, then through the softmax in place; dv = P^T dy; dq = dS k; dk = dS^T q.
+		transpose_into(h.v, h.ld, h.t, h.d, vt.data());
+		causal_rows(h, g, width, vt.data(), ds.data());
+		for (int64_t i = 0; i < h.t; ++i) {
+			next.row(i);
+			softmax_grad_row(p + i * h.t, ds.data() + i * h.t, i + 1, h.t, scale);
+		}
+		lower_transposed_times(h, p, g, width, dv, h.ld);
+		lower_times(h, ds.data(), h.k, h.ld, dq, h.ld);
+		lower_transposed_times(h, ds.data(), h.q, h.ld, dk, h.ld);
+	}
+}
+
+#pragma GCC pop_options
+
+} // namespace tower
