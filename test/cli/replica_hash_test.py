@@ -37,8 +37,8 @@ GAN = ["--steps", "40", "--batch", "32", "--r1-every", "8", "--log-every", "40",
 CORPUS = "{tmp}/corpus.txt"  # written by write_corpus(): the same bytes for every build compared
 
 
-def gpt(*args):
-    return ["--model", "gpt", "--layers", "2", "--width", "32", "--heads", "2", "--context", "32",
+def gpt(*args, context=32):
+    return ["--model", "gpt", "--layers", "2", "--width", "32", "--heads", "2", "--context", str(context),
             "--optimizer", "adamw", "--lr", "3e-3", "--max-steps", "12", "--data", CORPUS, *args]
 
 
@@ -67,9 +67,12 @@ def runs():
                                                                 "--replicas-to-aggregate", "2", "--optimizer", "adam",
                                                                 "--lr", "0.001", "--ema-decay", "0.9"])
     out["np2-async-one-worker"] = ("tower", 2, ["--strategy", "async", "--ps-ranks", "1"])
-    # The GPT, replicated and through owners in bf16.
+    # The GPT, replicated and through owners in bf16; and at a context of several causal blocks and
+    # tiles, not a whole number of either (the CPU's own f32 attention kernels, the blocks in bf16).
     out["np2-gpt"] = ("tower", 2, gpt())
     out["np3-gpt-parameter-server-bf16"] = ("tower", 3, gpt("--strategy", "parameter-server", "--precision", "bf16"))
+    out["np2-gpt-context-72"] = ("tower", 2, gpt(context=72))
+    out["np2-gpt-context-72-bf16"] = ("tower", 2, gpt("--precision", "bf16", context=72))
     # examples/gan, a program of its own on the installed library: three optimizers, one sharing D's state.
     out["gan-np2-replicated"] = ("gan", 2, GAN)
     out["gan-np3-parameter-server-dedicated-fp16"] = ("gan", 3, [*GAN, "--strategy", "parameter-server",
