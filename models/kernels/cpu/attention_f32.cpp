@@ -291,8 +291,6 @@ void attention_backward_f32(const AttentionShape& s, const float* qkv, const flo
 			const Head n = head_of(s, qkv, item + 1);
 			for (const float* m : {n.q, n.k, n.v})
 				next.add(m, n.ld, n.d);
-			next.add(dy + ((item + 1) / s.heads) * s.time * width + ((item + 1) % s.heads) * s.d, width, s.d);
-			next.add(probs + (item + 1) * s.time * s.time, s.time, s.time);
 		}
 		const float* p = probs + item * s.time * s.time;
 		const int64_t offset = (item / s.heads) * s.time * 3 * width + (item % s.heads) * s.d;
