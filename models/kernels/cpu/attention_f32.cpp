@@ -41,11 +41,19 @@ namespace {
 constexpr int64_t tile_rows = 8;  // 8 rows x 2 vectors: 16 accumulators of the 32 registers
 constexpr int64_t tile_cols = 32;
 
-// Operand a of a tile product: element (r, p) at data[r * row + p * col] (col = 1 for a matrix
-// read as it is stored, row = 1 for one read transposed).
-struct Strided {
-	const float* data;
-	int64_t row, col;
+// One product of a few rows: rows [0, rows) (at most 8) of c = a b, where a's element (r, p) is
+// at a[r * a_row + p * a_col] (a_col = 1 for a matrix read as stored, a_row = 1 for one read
+// transposed), over `cols` columns of b and c (row strides ldb and ldc) and inner length k.
+// Passed by reference: by value, its fields went through the stack on every call, and the
+// narrower stores followed by a wider load stalled (a fifth of the forward pass in `perf`).
+struct RowsProduct {
+	int64_t rows;
+	const float* a;
+	int64_t a_row, a_col;
+	const float* b;
+	int64_t ldb, k;
+	float* c;
+	int64_t ldc, cols;
 };
 
 inline __mmask16 first_lanes(int64_t n)
@@ -53,12 +61,15 @@ inline __mmask16 first_lanes(int64_t n)
 	return n >= 16 ? static_cast<__mmask16>(0xFFFF) : n <= 0 ? 0 : static_cast<__mmask16>((1u << n) - 1);
 }
 
-// c[r, j] = sum over p < k of a(r, p) b[p * ldb + j], for r < R and j < cols <= 32: each b row is
-// two vectors, each a(r, p) broadcast, the sums kept in registers in the order of p.
+// Columns [j, j + 32) of the product, the last ones masked past `cols`: each b row is two
+// vectors, each a(r, p) broadcast, the sums kept in registers in the order of p.
 template <int R>
-void tile(Strided a, const float* b, int64_t ldb, int64_t k, float* c, int64_t ldc, int64_t cols)
+inline void tile(const RowsProduct& t, int64_t j)
 {
-	const __mmask16 m0 = first_lanes(cols), m1 = first_lanes(cols - 16);
+	const float* a = t.a;
+	const float* b = t.b + j;
+	const int64_t a_row = t.a_row, a_col = t.a_col, ldb = t.ldb, k = t.k;
+	const __mmask16 m0 = first_lanes(t.cols - j), m1 = first_lanes(t.cols - j - 16);
 	// The row loops unrolled, so that the accumulators live in registers (GCC at -O2 kept them
 	// in memory otherwise, at a third of the speed).
 	__m512 acc[R][2];
@@ -70,34 +81,32 @@ void tile(Strided a, const float* b, int64_t ldb, int64_t k, float* c, int64_t l
 		const __m512 b1 = _mm512_maskz_loadu_ps(m1, b + p * ldb + 16);
 #pragma GCC unroll 8
 		for (int r = 0; r < R; ++r) {
-			const __m512 x = _mm512_set1_ps(a.data[r * a.row + p * a.col]);
+			const __m512 x = _mm512_set1_ps(a[r * a_row + p * a_col]);
 			acc[r][0] = _mm512_fmadd_ps(x, b0, acc[r][0]);
 			acc[r][1] = _mm512_fmadd_ps(x, b1, acc[r][1]);
 		}
 	}
+	float* c = t.c + j;
 #pragma GCC unroll 8
 	for (int r = 0; r < R; ++r) {
-		_mm512_mask_storeu_ps(c + r * ldc, m0, acc[r][0]);
-		_mm512_mask_storeu_ps(c + r * ldc + 16, m1, acc[r][1]);
+		_mm512_mask_storeu_ps(c + r * t.ldc, m0, acc[r][0]);
+		_mm512_mask_storeu_ps(c + r * t.ldc + 16, m1, acc[r][1]);
 	}
 }
 
-// Rows [0, rows) (at most 8) of c = a b over `cols` columns and inner length k, 32 columns at a time.
-void tile_rows_product(int64_t rows, Strided a, const float* b, int64_t ldb, int64_t k, float* c,
-				    int64_t ldc, int64_t cols)
+// The whole product, 32 columns at a time.
+void rows_product(const RowsProduct& t)
 {
-	for (int64_t j = 0; j < cols; j += tile_cols) {
-		const Strided aj = a;
-		const int64_t n = std::min(tile_cols, cols - j);
-		switch (rows) {
-		case 8: tile<8>(aj, b + j, ldb, k, c + j, ldc, n); break;
-		case 7: tile<7>(aj, b + j, ldb, k, c + j, ldc, n); break;
-		case 6: tile<6>(aj, b + j, ldb, k, c + j, ldc, n); break;
-		case 5: tile<5>(aj, b + j, ldb, k, c + j, ldc, n); break;
-		case 4: tile<4>(aj, b + j, ldb, k, c + j, ldc, n); break;
-		case 3: tile<3>(aj, b + j, ldb, k, c + j, ldc, n); break;
-		case 2: tile<2>(aj, b + j, ldb, k, c + j, ldc, n); break;
-		default: tile<1>(aj, b + j, ldb, k, c + j, ldc, n); break;
+	for (int64_t j = 0; j < t.cols; j += tile_cols) {
+		switch (t.rows) {
+		case 8: tile<8>(t, j); break;
+		case 7: tile<7>(t, j); break;
+		case 6: tile<6>(t, j); break;
+		case 5: tile<5>(t, j); break;
+		case 4: tile<4>(t, j); break;
+		case 3: tile<3>(t, j); break;
+		case 2: tile<2>(t, j); break;
+		default: tile<1>(t, j); break;
 		}
 	}
 }
@@ -164,8 +173,7 @@ void causal_rows(const Head& h, const float* a, int64_t lda, const float* bt, fl
 {
 	for (int64_t i0 = 0; i0 < h.t; i0 += tile_rows) {
 		const int64_t rows = std::min(tile_rows, h.t - i0);
-		tile_rows_product(rows, {a + i0 * lda, lda, 1}, bt, h.t, h.d, c + i0 * h.t, h.t,
-				  padded_to_vectors(i0 + rows, h.t));
+		rows_product({rows, a + i0 * lda, lda, 1, bt, h.t, h.d, c + i0 * h.t, h.t, padded_to_vectors(i0 + rows, h.t)});
 	}
 }
 
@@ -174,7 +182,7 @@ void lower_times(const Head& h, const float* p, const float* b, int64_t ldb, flo
 {
 	for (int64_t i0 = 0; i0 < h.t; i0 += tile_rows) {
 		const int64_t rows = std::min(tile_rows, h.t - i0);
-		tile_rows_product(rows, {p + i0 * h.t, h.t, 1}, b, ldb, i0 + rows, out + i0 * ldo, ldo, h.d);
+		rows_product({rows, p + i0 * h.t, h.t, 1, b, ldb, i0 + rows, out + i0 * ldo, ldo, h.d});
 	}
 }
 
@@ -184,7 +192,7 @@ void lower_transposed_times(const Head& h, const float* p, const float* b, int64
 {
 	for (int64_t j0 = 0; j0 < h.t; j0 += tile_rows) {
 		const int64_t rows = std::min(tile_rows, h.t - j0);
-		tile_rows_product(rows, {p + j0 * h.t + j0, 1, h.t}, b + j0 * ldb, ldb, h.t - j0, out + j0 * ldo, ldo, h.d);
+		rows_product({rows, p + j0 * h.t + j0, 1, h.t, b + j0 * ldb, ldb, h.t - j0, out + j0 * ldo, ldo, h.d});
 	}
 }
 
