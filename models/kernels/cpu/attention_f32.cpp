@@ -8,26 +8,48 @@
 // computes only the keys up to its last row, and the softmax runs on rows still in cache.
 #include "models/kernels/cpu/attention_f32.h"
 
+#include <strings.h>
+
+#include <cstdlib>
+
+#include "base/error.h"
+
+// The kernels need GCC's per-function target pragma on x86-64 (clang ignores it: the fuzz build
+// compiles this file with clang and runs the default attention instead).
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define TOWER_ATTENTION_KERNELS 1
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 #include <vector>
 
 #include "models/kernels/cpu/vector_math.h"
+#endif
 
 namespace tower {
 
+namespace {
+
+// Whether ONEDNN_MAX_CPU_ISA (or its older name DNNL_MAX_CPU_ISA) holds oneDNN below AVX-512.
+bool isa_capped_below_avx512()
+{
+	for (const char* name : {"ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA"}) {
+		const char* cap = std::getenv(name);
+		if (cap != nullptr && *cap != '\0')
+			return (strncasecmp(cap, "SSE", 3) == 0 || strncasecmp(cap, "AVX", 3) == 0) &&
+			       strncasecmp(cap, "AVX512", 6) != 0;
+	}
+	return false;
+}
+
+} // namespace
+
+#ifdef TOWER_ATTENTION_KERNELS
+
 bool attention_f32_available()
 {
-	static const bool available = [] {
-		const char* cap = std::getenv("ONEDNN_MAX_CPU_ISA");
-		const bool capped = cap != nullptr && (std::strncmp(cap, "SSE", 3) == 0 || std::strncmp(cap, "AVX", 3) == 0) &&
-				    std::strncmp(cap, "AVX512", 6) != 0;
-		return __builtin_cpu_supports("avx512f") && !capped;
-	}();
+	static const bool available = __builtin_cpu_supports("avx512f") && !isa_capped_below_avx512();
 	return available;
 }
 
@@ -197,15 +219,18 @@ void lower_transposed_times(const Head& h, const float* p, const float* b, int64
 }
 
 // The end of the tile of rows that row i belongs to: the products read a row's columns up to it,
-// so those past the diagonal must hold 0 (the columns after it are never read, nor written).
+// so those past the diagonal must hold 0 (the columns after it are never read).
 int64_t tile_end(int64_t i, int64_t t)
 {
 	return std::min(t, (i / tile_rows + 1) * tile_rows);
 }
 
-// Row i of the scores in place: probabilities over keys 0..i (`seen`), then 0 up to tile_end.
-// The exponentials run over `padded` >= seen columns, whole vectors (the tile computed those
-// scores too, finite numbers, the exponential clamped; they are dropped).
+// Row i of the scores in place: probabilities over keys 0..i (`seen`), then 0 to the row's end.
+// These kernels read only up to tile_end, but the default attention's backward reads whole
+// blocks of 32: with 0 everywhere above the diagonal, as the default forward leaves it, either
+// backward may follow either forward. The exponentials run over `padded` >= seen columns, whole
+// vectors (the tile computed those scores too, finite numbers, the exponential clamped; they are
+// dropped).
 void softmax_row(float* row, int64_t seen, int64_t padded, int64_t t, float scale, float* e)
 {
 	const float top = lane_max(row, seen);
@@ -213,7 +238,7 @@ void softmax_row(float* row, int64_t seen, int64_t padded, int64_t t, float scal
 	const float inv = 1.0f / sum16(e, nullptr, seen);
 	for (int64_t j = 0; j < seen; ++j)
 		row[j] = e[j] * inv;
-	std::fill(row + seen, row + tile_end(seen - 1, t), 0.0f);
+	std::fill(row + seen, row + t, 0.0f);
 }
 
 // Row i of dP in place: dS = scale p (dP - sum_j p dP) over keys 0..i, then 0 up to tile_end.
@@ -318,5 +343,25 @@ void attention_backward_f32(const AttentionShape& s, const float* qkv, const flo
 }
 
 #pragma GCC pop_options
+
+#else // no kernels in this build: attention_f32_available() says so, and nothing calls them
+
+bool attention_f32_available()
+{
+	(void)isa_capped_below_avx512;
+	return false;
+}
+
+void attention_forward_f32(const AttentionShape&, const float*, float*, float*)
+{
+	throw Error("the f32 attention kernels are not in this build (it was not compiled by GCC for x86-64)");
+}
+
+void attention_backward_f32(const AttentionShape&, const float*, const float*, const float*, float*)
+{
+	throw Error("the f32 attention kernels are not in this build (it was not compiled by GCC for x86-64)");
+}
+
+#endif
 
 } // namespace tower
