@@ -250,36 +250,36 @@ void softmax_grad_row(const float* p, float* dp, int64_t seen, int64_t t, float 
 	std::fill(dp + seen, dp + tile_end(seen - 1, t), 0.0f);
 }
 
-// The next head's operands, asked into L2 a row at a time while this head computes: its rows lie
-// 3 KiB apart at the default GPT, a pattern the hardware prefetchers leave alone, and the loads
-// of a cold head took a third of the backward pass. A row per softmax row spreads the requests
-// over the head (all at once, they queue behind each other).
-struct Upcoming {
-	const float* m[5] = {};
-	int64_t ld[5] = {};
-	int64_t cols[5] = {};
-	int count = 0;
-
-	void add(const float* matrix, int64_t row_stride, int64_t width)
-	{
-		m[count] = matrix;
-		ld[count] = row_stride;
-		cols[count] = width;
-		++count;
-	}
-	void row(int64_t i) const
-	{
-		for (int k = 0; k < count; ++k)
-			for (int64_t e = 0; e < cols[k]; e += 16)
-				_mm_prefetch(reinterpret_cast<const char*>(m[k] + i * ld[k] + e), _MM_HINT_T1);
-	}
-};
-
 Head head_of(const AttentionShape& s, const float* qkv, int64_t item)
 {
 	const int64_t width = s.heads * s.d, b = item / s.heads, hd = item % s.heads;
 	const float* q = qkv + b * s.time * 3 * width + hd * s.d;
 	return {q, q + width, q + 2 * width, 3 * width, s.time, s.d};
+}
+
+// The next head's queries, keys and values, asked into L2 a row at a time while this head
+// computes: its rows lie 3 KiB apart at the default GPT, a pattern the hardware prefetchers leave
+// alone, and the loads of a cold head took a third of the backward pass. A row per softmax row
+// spreads the requests over the head (all at once, they queue behind each other). Asking for dy's
+// and the probabilities' rows as well ran no faster.
+struct Upcoming {
+	Head head{};
+	bool any = false;
+
+	void row(int64_t i) const
+	{
+		if (!any)
+			return;
+		for (const float* m : {head.q, head.k, head.v})
+			for (int64_t e = 0; e < head.d; e += 16)
+				_mm_prefetch(reinterpret_cast<const char*>(m + i * head.ld + e), _MM_HINT_T1);
+	}
+};
+
+// The head after `item`, if any.
+Upcoming upcoming(const AttentionShape& s, const float* qkv, int64_t item)
+{
+	return item + 1 < s.batch * s.heads ? Upcoming{head_of(s, qkv, item + 1), true} : Upcoming{};
 }
 
 } // namespace
@@ -291,12 +291,7 @@ void attention_forward_f32(const AttentionShape& s, const float* qkv, float* pro
 	std::vector<float> kt(static_cast<size_t>(s.d * s.time)), e(static_cast<size_t>(s.time));
 	for (int64_t item = 0; item < s.batch * s.heads; ++item) {
 		const Head h = head_of(s, qkv, item);
-		Upcoming next;
-		if (item + 1 < s.batch * s.heads) {
-			const Head n = head_of(s, qkv, item + 1);
-			for (const float* m : {n.q, n.k, n.v})
-				next.add(m, n.ld, n.d);
-		}
+		const Upcoming next = upcoming(s, qkv, item);
 		float* p = probs + item * s.time * s.time;
 		float* out = y + (item / s.heads) * s.time * width + (item % s.heads) * s.d;
 		transpose_into(h.k, h.ld, h.t, h.d, kt.data());
@@ -319,12 +314,7 @@ void attention_backward_f32(const AttentionShape& s, const float* qkv, const flo
 	std::vector<float> vt(static_cast<size_t>(s.d * s.time)), ds(static_cast<size_t>(s.time * s.time));
 	for (int64_t item = 0; item < s.batch * s.heads; ++item) {
 		const Head h = head_of(s, qkv, item);
-		Upcoming next;
-		if (item + 1 < s.batch * s.heads) {
-			const Head n = head_of(s, qkv, item + 1);
-			for (const float* m : {n.q, n.k, n.v})
-				next.add(m, n.ld, n.d);
-		}
+		const Upcoming next = upcoming(s, qkv, item);
 		const float* p = probs + item * s.time * s.time;
 		const int64_t offset = (item / s.heads) * s.time * 3 * width + (item % s.heads) * s.d;
 		float *dq = dqkv + offset, *dk = dq + width, *dv = dq + 2 * width;
