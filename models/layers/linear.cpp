@@ -34,8 +34,8 @@ const Tensor& Linear::forward(const Tensor& x)
 	w_ = working_value(weight_, x.dtype(), w_ws_);
 	const Tensor b = working_value(bias_, x.dtype(), b_ws_);
 	y_ = y_ws_.get({x.dim(0), out_}, x.dtype(), x.device());
-	// W is [out, in]: the product reads it transposed in place, and adds the bias (and the ReLU)
-	// before it writes y. GELU's input stays for the backward pass.
+	// W is [out, in]: the product reads it transposed in place and adds the bias before it writes
+	// y (a ReLU follows in a pass of its own). GELU's input stays for the backward pass.
 	if (activation_ != Activation::gelu) {
 		ops.gemm_bias_act(Transpose::no, Transpose::yes, x, w_, b, activation_ == Activation::relu, y_);
 		return y_;
