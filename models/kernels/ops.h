@@ -200,11 +200,11 @@ public:
 	// Causal self-attention of one layer with its heads side by side in rows: qkv [B * T, 3 * W]
 	// holds the queries, keys and values (W = heads * D; head h is columns h * D .. of each), y
 	// [B * T, W] receives softmax(q k^T / sqrt(D), causal) v of each head; probs [B * heads, T, T]
-	// keeps the probabilities for the backward pass (0 above the diagonal wherever a product
-	// reads them) and scores [B * heads, T, T] is room for the scores. By default
+	// keeps the probabilities for the backward pass (0 above the diagonal) and scores [B * heads, T, T] is room for the scores. By default
 	// (causal_attention.cpp, what CUDA and 16-bit types run) strided products by blocks of
 	// causal_block_positions and the causal softmax ops; the CPU runs f32 on kernels of its own
-	// (cpu/attention_f32.cpp) where it has AVX-512 and one thread.
+	// (cpu/attention_f32.cpp) where GCC built them for x86-64, the CPU has AVX-512 and
+	// the rank runs one thread.
 	virtual void causal_attention_forward(const Tensor& qkv, int64_t batch, int64_t heads, const Tensor& scores,
 					      const Tensor& probs, const Tensor& y) const;
 	// dqkv [B * T, 3 * W] (every element written) from dy [B * T, W] and the forward's qkv and
