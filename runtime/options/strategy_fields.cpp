@@ -279,6 +279,9 @@ std::vector<Row> local_sgd_rows()
 				[](const OuterCompression& c) {
 					return c == OuterCompression::none ? OuterCompression::int8 : OuterCompression::none;
 				}), local_sgd, true),
+		with(bool_field<StrategyOptions>("outer_overlap", "local-sgd: run each sync's outer all-reduce during the "
+				"next H inner steps and apply it at the next sync (true/false)", own(&L::overlap)),
+		     local_sgd, true),
 	};
 }
 

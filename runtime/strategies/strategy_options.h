@@ -51,6 +51,9 @@ struct LocalSgdOptions {
 	float outer_lr = 0.7f;
 	float outer_momentum = 0.9f;               // nesterov only
 	OuterCompression compress = OuterCompression::none;
+	// Each sync's outer all-reduce runs during the next H inner steps, and its outer step is
+	// applied at the next sync (one sync late; each worker keeps its own last H steps on top).
+	bool overlap = false;
 };
 
 // What one training step did on this rank, for the trainer's logs and metrics. A strategy fills

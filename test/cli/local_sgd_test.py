@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Runs `tower train --strategy local-sgd` under mpirun: a run stopped at a checkpoint between syncs
 resumes bit for bit at the same size, and loads at another (every worker restarting from the synced
-values); the summary's syncs and bytes; a NaN gradient skipped by its worker alone; bf16 and int8
+values), with the outer all-reduce overlapped too; the summary's syncs and bytes; a NaN gradient skipped by its worker alone; bf16 and int8
 outer all-reduces; the option errors on every rank. Usage: local_sgd_test.py MPIRUN TOWER"""
 import json
 import os
@@ -57,6 +57,25 @@ r, lines = run(3, "grown", "--max-steps", "30", "--checkpoint-dir", os.path.join
 grown = ok("grown", r, lines)
 expect("every worker restarts from its synced values" in r.stdout, f"grown: no restart line: {r.stdout[-1500:]}")
 expect(grown.get("world_size") == 3, f"grown: {grown}")
+
+# Under overlap the checkpoint at step 10 holds the mean of the sync at step 8, not yet applied,
+# and where each worker's block started: resumed at the same size it ends on the uninterrupted
+# run's hash; at another size the mean is applied and every worker restarts from the synced values.
+overlap = ["--outer-overlap", "true"]
+ockpt = os.path.join(tmp, "ockpt")
+owhole = ok("overlap whole", *run(2, "owhole", "--max-steps", "30", *overlap))
+ok("overlap first part", *run(2, "ofirst", "--max-steps", "12", "--checkpoint-dir", ockpt, "--checkpoint-every", "10",
+                              *overlap))
+oresumed = ok("overlap resumed", *run(2, "oresumed", "--max-steps", "30", "--resume",
+                                      os.path.join(ockpt, "step-0000000010"), *overlap))
+expect(owhole.get("outer_overlap") is True and owhole.get("syncs") == 8, f"overlap: {owhole}")
+expect(owhole.get("replica_hash") == oresumed.get("replica_hash"),
+       f"overlap resume not bit for bit: {owhole.get('replica_hash')} uninterrupted, "
+       f"{oresumed.get('replica_hash')} resumed")
+expect(owhole.get("replica_hash") != whole.get("replica_hash"), "overlap: the same model as without it")
+r, lines = run(3, "ogrown", "--max-steps", "30", "--resume", os.path.join(ockpt, "step-0000000010"), *overlap)
+ok("overlap grown", r, lines)
+expect("every worker restarts from its synced values" in r.stdout, f"overlap grown: no restart line: {r.stdout[-1500:]}")
 
 # A NaN in rank 0's gradient at step 5: rank 0 skips that inner step alone, and no sync is skipped.
 nan = ok("nan", *run(2, "nan", "--max-steps", "12", "--inject-nonfinite", "5:0"))

@@ -6,7 +6,7 @@
 #include <thread>
 #include <vector>
 
-#include "runtime/strategies/replicated/comm_thread.h"
+#include "runtime/strategies/comm_thread.h"
 
 using namespace tower;
 

@@ -1,7 +1,7 @@
 // The local-sgd strategy: H = 1 with outer SGD at rate 1 is the replicated strategy, H > 1 at one
-// worker is plain training, the workers agree at every sync, the first local_start steps sync
-// after each one, a non-finite inner step or pseudo-gradient is skipped where the rules say, and
-// its option errors.
+// worker is plain training, its rule with and without overlap against a float64 simulation, the
+// workers agree at every sync, the first local_start steps sync after each one, a non-finite inner
+// step or pseudo-gradient is skipped where the rules say, and its option errors.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -14,6 +14,7 @@
 #include "data/sampler.h"
 #include "models/model_factory.h"
 #include "runtime/safety/replica_check.h"
+#include "runtime/strategies/local_sgd/local_sgd_strategy.h"
 #include "runtime/strategies/fault_injection.h"
 #include "runtime/tower.h"
 #include "test/harness/mpi_main.h"
@@ -79,6 +80,71 @@ OptimizerConfig inner(const char* name)
 	return o;
 }
 
+// Worker r's loss in the simulation below: |x - centre|^2 / 2, a centre of its own.
+double centre(int worker, int64_t i)
+{
+	return 0.5 * (worker + 1) + 0.1 * static_cast<double>(i);
+}
+
+// local-sgd's rule in float64, every worker at once, inner plain SGD on the losses above: the
+// anchor after `steps` steps and the settle that ends a run.
+std::vector<double> simulate_local_sgd(int workers, int64_t n, const LocalSgdOptions& o, double inner_rate, int steps)
+{
+	std::vector<double> anchor(n, 0.0), momentum(n, 0.0), pending(n, 0.0);
+	std::vector<std::vector<double>> x(workers, anchor), start(workers, anchor);
+	bool has_pending = false;
+	const auto outer = [&](const std::vector<double>& mean) {
+		for (int64_t i = 0; i < n; ++i) {
+			if (o.outer_optimizer == "sgd") {
+				anchor[i] -= o.outer_lr * mean[i];
+			} else {
+				momentum[i] = o.outer_momentum * momentum[i] + mean[i];
+				anchor[i] -= o.outer_lr * (mean[i] + o.outer_momentum * momentum[i]);
+			}
+		}
+	};
+	const auto mean_move = [&](const std::vector<std::vector<double>>& from) {
+		std::vector<double> mean(n, 0.0);
+		for (int r = 0; r < workers; ++r)
+			for (int64_t i = 0; i < n; ++i)
+				mean[i] += (from[r][i] - x[r][i]) / workers;
+		return mean;
+	};
+	const auto blocking_sync = [&] {
+		outer(mean_move(std::vector<std::vector<double>>(workers, anchor)));
+		x.assign(workers, anchor);
+		start.assign(workers, anchor);
+	};
+	for (int s = 1; s <= steps; ++s) {
+		for (int r = 0; r < workers; ++r)
+			for (int64_t i = 0; i < n; ++i)
+				x[r][i] -= inner_rate * (x[r][i] - centre(r, i));
+		if (s % o.sync_every != 0)
+			continue;
+		if (!o.overlap) {
+			blocking_sync();
+			continue;
+		}
+		if (has_pending)
+			outer(pending);
+		pending = mean_move(start);
+		has_pending = true;
+		for (int r = 0; r < workers; ++r)
+			for (int64_t i = 0; i < n; ++i)
+				start[r][i] = x[r][i] = anchor[i] - (start[r][i] - x[r][i]);
+	}
+	if (has_pending) {
+		outer(pending);
+		for (int r = 0; r < workers; ++r)
+			for (int64_t i = 0; i < n; ++i)
+				x[r][i] = anchor[i] - (start[r][i] - x[r][i]);
+		start.assign(workers, anchor);
+	}
+	if (steps % o.sync_every != 0)
+		blocking_sync();
+	return anchor;
+}
+
 // Every rank alone: a world of one.
 struct OwnWorld {
 	MPI_Comm comm = MPI_COMM_NULL;
@@ -102,15 +168,58 @@ TEST_CASE("local-sgd with H = 1 and outer SGD at rate 1 is the replicated strate
 	}
 }
 
-TEST_CASE("local-sgd with H > 1 at one worker and outer SGD at rate 1 is plain training")
+TEST_CASE("local-sgd with H > 1 at one worker and outer SGD at rate 1 is plain training, with overlap too")
 {
 	const OwnWorld alone;
-	for (const char* name : {"momentum", "adam"}) {
-		CAPTURE(name);
-		const Run plain = train(alone.comm, StrategyOptions{}, inner(name), 20);
-		const Run local = train(alone.comm, local_sgd(6), inner(name), 20);
-		CHECK(tower::test::max_relative_difference(local.parameters, plain.parameters) <= 1e-6);
-		CHECK(local.details["syncs"].get<int64_t>() == 3);
+	for (const bool overlap : {false, true}) {
+		for (const char* name : {"momentum", "adam"}) {
+			CAPTURE(overlap);
+			CAPTURE(name);
+			StrategyOptions o = local_sgd(6);
+			o.local_sgd.overlap = overlap;
+			const Run plain = train(alone.comm, StrategyOptions{}, inner(name), 20);
+			const Run local = train(alone.comm, o, inner(name), 20);
+			CHECK(tower::test::max_relative_difference(local.parameters, plain.parameters) <= 1e-6);
+			CHECK(local.details["syncs"].get<int64_t>() == 3);
+			CHECK(local.details["outer_overlap"].get<bool>() == overlap);
+		}
+	}
+}
+
+TEST_CASE("local-sgd follows a float64 simulation of its rule, with and without overlap")
+{
+	// Each worker descends its own quadratic, so the workers drift apart between syncs and the
+	// anchor depends on every block's mean, on when it is applied and on the outer state.
+	const Topology topology(world().comm(), std::nullopt);
+	constexpr int64_t n = 7;
+	constexpr float inner_lr = 0.1f;
+	for (const bool overlap : {false, true}) {
+		for (const char* outer : {"sgd", "nesterov"}) {
+			for (const int steps : {12, 14}) { // ending on a sync, and between syncs
+				CAPTURE(overlap);
+				CAPTURE(outer);
+				CAPTURE(steps);
+				StrategyOptions o = local_sgd(3, outer, std::string(outer) == "sgd" ? 1.0f : 0.7f);
+				o.local_sgd.overlap = overlap;
+				Parameter p{"x", Tensor::zeros({n}, DType::f32, Device{}), Tensor::zeros({n}, DType::f32, Device{}),
+					    Tensor{}};
+				auto strategy = make_local_sgd_strategy(topology, Device{}, ParameterSet{{&p}}, inner("sgd"), o);
+				for (int s = 0; s < steps; ++s) {
+					for (int64_t i = 0; i < n; ++i)
+						p.grad.data_as<float>()[i] = p.value.data_as<float>()[i] -
+									     static_cast<float>(centre(world().rank(), i));
+					StepRequest request;
+					request.lr = inner_lr;
+					strategy->step(request);
+				}
+				strategy->settle_replicas();
+				const std::vector<double> expected =
+					simulate_local_sgd(world().size(), n, o.local_sgd, inner_lr, steps);
+				for (int64_t i = 0; i < n; ++i)
+					CHECK(p.value.data_as<float>()[i] == doctest::Approx(expected[i]).epsilon(1e-5));
+				strategy->check_replicas();
+			}
+		}
 	}
 }
 
@@ -173,6 +282,25 @@ TEST_CASE("a non-finite inner gradient skips that worker's step alone; a non-fin
 	CHECK(run.details["skipped_inner_steps"].get<int64_t>() == (world().rank() == last ? 2 : 0));
 	CHECK(!run.stats[3].skipped);
 	CHECK(run.stats[7].skipped); // on every rank
+	CHECK(run.details["skipped_syncs"].get<int64_t>() == 1);
+	for (const auto& tensor : run.parameters)
+		for (const float v : tensor)
+			REQUIRE(std::isfinite(v));
+}
+
+TEST_CASE("under overlap a non-finite pseudo-gradient skips its outer step a sync later, on every rank")
+{
+	const int last = world().size() - 1;
+	StrategyOptions o = local_sgd(4, "nesterov", 0.7f);
+	o.local_sgd.overlap = true;
+	const Run run = train(world().comm(), o, inner("momentum"), 16, [&](Tower& tower, int step) {
+		// The sync at step 8 sends this worker's NaN move; its mean arrives for the sync at 12.
+		if (step == 7 && world().rank() == last)
+			tower.model().parameters()[0]->value.data_as<float>()[0] = std::numeric_limits<float>::quiet_NaN();
+	});
+	CHECK(run.stats[7].skipped == (world().rank() == last)); // its gradient, from the NaN parameter
+	CHECK(run.stats[11].skipped); // on every rank
+	CHECK(!run.stats[15].skipped);
 	CHECK(run.details["skipped_syncs"].get<int64_t>() == 1);
 	for (const auto& tensor : run.parameters)
 		for (const float v : tensor)

@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "runtime/strategies/replicated/comm_thread.h"
+#include "runtime/strategies/comm_thread.h"
 
 int main(int argc, char** argv)
 {

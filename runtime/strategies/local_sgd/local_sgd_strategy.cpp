@@ -2,6 +2,7 @@
 // on its own data, then the workers average how far they moved and an outer optimizer applies it.
 #include "runtime/strategies/local_sgd/local_sgd_strategy.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -121,6 +122,10 @@ LocalSgdStrategy::LocalSgdStrategy(const Topology& topology, const Device& devic
 		anchor.push_back(&a);
 	outer_ = make_optimizer(outer_config(options_), anchor);
 	*saved_workers_.data_as<int64_t>() = -1;
+	if (options_.overlap) {
+		block_start_ = anchor_values_.clone();
+		comm_thread_ = std::make_unique<CommThread>();
+	}
 }
 
 LocalSgdStrategy::~LocalSgdStrategy() = default;
@@ -152,13 +157,19 @@ StepStats LocalSgdStrategy::step(const StepRequest& request)
 	// Post-local SGD: the first local_start steps sync after each one (the workers' trajectory is
 	// then that of the whole batch, which a short run needs to leave its early plateau).
 	const int64_t every = steps() <= options_.local_start ? 1 : options_.sync_every;
-	if (++*since_sync_.data_as<int64_t>() >= every)
-		sync(&stats);
+	if (++*since_sync_.data_as<int64_t>() >= every) {
+		if (comm_thread_)
+			overlapped_sync(&stats);
+		else
+			sync(&stats);
+	}
 	return stats;
 }
 
 void LocalSgdStrategy::settle_replicas()
 {
+	if (comm_thread_)
+		drain_pending();
 	if (*since_sync_.data_as<int64_t>() > 0) {
 		StepStats ignored;
 		sync(&ignored);
@@ -180,37 +191,119 @@ void LocalSgdStrategy::use_synced_values(bool synced)
 		own_values_.clear();
 }
 
+// Without overlap, and under overlap when settling: the block's mean applied before the workers
+// go on, every worker restarting from the new anchor.
 void LocalSgdStrategy::sync(StepStats* stats)
 {
 	timeline::Span span("outer sync", "comm");
 	span.arg("step", steps());
 	const auto begin = SteadyClock::now();
-	int64_t at = 0;
-	float* delta = pseudo_gradient_.data_as<float>();
-	const float* anchor = anchor_values_.data_as<float>();
-	for (Parameter* p : parameters_) {
-		const float* v = p->value.data_as<float>();
-		for (int64_t i = 0; i < p->value.numel(); ++i)
-			delta[at + i] = anchor[at + i] - v[i];
-		at += p->value.numel();
-	}
+	compute_pseudo_gradient(anchor_values_.data_as<float>());
 	average_pseudo_gradient();
-	// The mean is the same bits on every rank, so every rank takes or skips the outer step alike.
-	if (all_finite(pseudo_gradient_)) {
-		timeline::Span outer("outer step", "update");
-		std::vector<Parameter*> params;
-		for (Parameter& a : anchor_)
-			params.push_back(&a);
-		outer_->step(params, options_.outer_lr);
-	} else {
-		++skipped_syncs_;
-		stats->skipped = true;
-	}
+	apply_outer_step(stats);
 	restart_from_anchor();
 	*since_sync_.data_as<int64_t>() = 0;
 	++syncs_;
 	stats->allreduce_s = seconds_since(begin);
 	stats->allreduce_bytes = static_cast<size_t>(payload_bytes());
+}
+
+void LocalSgdStrategy::overlapped_sync(StepStats* stats)
+{
+	timeline::Span span("outer sync", "comm");
+	span.arg("step", steps());
+	*since_sync_.data_as<int64_t>() = 0;
+	++syncs_;
+	if (*pending_.data_as<int64_t>() != 0 && !finish_pending(stats)) {
+		restart_from_anchor(); // this block's progress goes with the skipped one's
+		return;
+	}
+	// This block's move, then the worker's parameters become the anchor (which now holds every
+	// block before this one) plus that move: the next block starts there.
+	compute_pseudo_gradient(block_start_.data_as<float>());
+	const float* delta = pseudo_gradient_.data_as<float>();
+	const float* anchor = anchor_values_.data_as<float>();
+	float* start = block_start_.data_as<float>();
+	int64_t at = 0;
+	for (Parameter* p : parameters_) {
+		float* v = p->value.data_as<float>();
+		for (int64_t i = 0; i < p->value.numel(); ++i)
+			start[at + i] = v[i] = anchor[at + i] - delta[at + i];
+		at += p->value.numel();
+	}
+	*pending_.data_as<int64_t>() = 1;
+	comm_thread_->submit([this] {
+		timeline::Span job("outer all-reduce", "comm");
+		const auto begin = SteadyClock::now();
+		average_pseudo_gradient();
+		job_s_ = seconds_since(begin);
+	});
+	stats->allreduce_bytes = static_cast<size_t>(payload_bytes());
+}
+
+bool LocalSgdStrategy::finish_pending(StepStats* stats)
+{
+	const auto begin = SteadyClock::now();
+	{
+		timeline::Span wait("wait for the outer all-reduce", "wait");
+		comm_thread_->wait_all();
+	}
+	const double waited = seconds_since(begin);
+	*pending_.data_as<int64_t>() = 0;
+	stats->allreduce_s = job_s_;
+	stats->hidden_fraction = job_s_ > 0 ? std::clamp(1.0 - waited / job_s_, 0.0, 1.0) : 0.0;
+	job_s_ = 0;
+	return apply_outer_step(stats);
+}
+
+void LocalSgdStrategy::drain_pending()
+{
+	if (*pending_.data_as<int64_t>() == 0)
+		return;
+	StepStats ignored;
+	if (!finish_pending(&ignored)) {
+		restart_from_anchor();
+		*since_sync_.data_as<int64_t>() = 0;
+		return;
+	}
+	const float* anchor = anchor_values_.data_as<float>();
+	float* start = block_start_.data_as<float>();
+	int64_t at = 0;
+	for (Parameter* p : parameters_) {
+		float* v = p->value.data_as<float>();
+		for (int64_t i = 0; i < p->value.numel(); ++i)
+			v[i] = anchor[at + i] - (start[at + i] - v[i]);
+		at += p->value.numel();
+	}
+	block_start_.copy_from(anchor_values_);
+}
+
+void LocalSgdStrategy::compute_pseudo_gradient(const float* from)
+{
+	float* delta = pseudo_gradient_.data_as<float>();
+	int64_t at = 0;
+	for (Parameter* p : parameters_) {
+		const float* v = p->value.data_as<float>();
+		for (int64_t i = 0; i < p->value.numel(); ++i)
+			delta[at + i] = from[at + i] - v[i];
+		at += p->value.numel();
+	}
+}
+
+bool LocalSgdStrategy::apply_outer_step(StepStats* stats)
+{
+	// The mean is the same bits on every rank, so every rank takes or skips the outer step alike.
+	if (!all_finite(pseudo_gradient_)) {
+		++skipped_syncs_;
+		stats->skipped = true;
+		return false;
+	}
+	timeline::Span outer("outer step", "update");
+	std::vector<Parameter*> params;
+	for (Parameter& a : anchor_)
+		params.push_back(&a);
+	outer_->step(params, options_.outer_lr);
+	return true;
 }
 
 void LocalSgdStrategy::average_pseudo_gradient()
@@ -235,6 +328,8 @@ void LocalSgdStrategy::restart_from_anchor()
 {
 	for (size_t i = 0; i < parameters_.size(); ++i)
 		parameters_[i]->value.copy_from(anchor_[i].value);
+	if (comm_thread_)
+		block_start_.copy_from(anchor_values_);
 }
 
 int64_t LocalSgdStrategy::payload_bytes() const
@@ -268,6 +363,9 @@ std::vector<NamedTensor> LocalSgdStrategy::shared_state()
 	out.push_back({std::string(step_counter_name), step_counter_});
 	out.push_back({"local_sgd/since_sync", since_sync_, true});
 	out.push_back({"local_sgd/workers", saved_workers_, true});
+	out.push_back({"local_sgd/pending", pending_, true});
+	if (comm_thread_)
+		out.push_back({"local_sgd/pending_mean", pseudo_gradient_, true});
 	return out;
 }
 
@@ -279,11 +377,16 @@ std::vector<NamedTensor> LocalSgdStrategy::own_state()
 		out.push_back({prefix + p->name, p->value, true});
 	for (NamedTensor& s : inner_->state())
 		out.push_back({prefix + s.name, s.tensor, true});
+	if (comm_thread_)
+		out.push_back({prefix + "block_start", block_start_, true});
 	return out;
 }
 
 std::vector<NamedTensor> LocalSgdStrategy::variables()
 {
+	// An outer all-reduce in flight writes the pending mean: a checkpoint saves it once arrived.
+	if (comm_thread_)
+		comm_thread_->wait_all();
 	std::vector<NamedTensor> out = rank_ == 0 ? shared_state() : std::vector<NamedTensor>{};
 	for (NamedTensor& v : own_state())
 		out.push_back(v);
@@ -295,8 +398,33 @@ void LocalSgdStrategy::variables_restored()
 	std::vector<NamedTensor> shared = shared_state();
 	broadcast_named(topology_, shared, 0);
 	const int64_t saved = *saved_workers_.data_as<int64_t>();
-	if (saved == size_)
-		return; // every worker read its own parameters and inner state
+	const bool same_workers = saved == size_;
+	if (*pending_.data_as<int64_t>() != 0) {
+		// The checkpoint was taken under overlap with a sync's outer step still to apply.
+		if (comm_thread_ && same_workers)
+			return; // every worker read where its block started; the next sync applies the mean
+		*pending_.data_as<int64_t>() = 0;
+		if (comm_thread_) {
+			StepStats ignored;
+			apply_outer_step(&ignored); // the checkpoint's workers' mean, before this run's restart
+		} else {
+			// This run did not read the mean (it keeps no pending one): that sync is lost.
+			restart_from_anchor();
+			*since_sync_.data_as<int64_t>() = 0;
+			if (rank_ == 0)
+				fmt::print("local-sgd: the checkpoint's last sync was still to be applied (`outer_overlap` true) "
+					   "and this run does not overlap: that sync is dropped and every worker restarts from "
+					   "its synced values\n");
+			if (same_workers)
+				return;
+		}
+	} else if (same_workers) {
+		// Every worker read its own parameters and inner state; with nothing pending its block
+		// starts at the anchor (a checkpoint without overlap holds no block start).
+		if (comm_thread_)
+			block_start_.copy_from(anchor_values_);
+		return;
+	}
 	// Another size (or another strategy's checkpoint): no worker's own drift can be matched to
 	// this run's workers, so every worker restarts from the synced values with fresh inner state.
 	restart_from_anchor();
@@ -323,8 +451,9 @@ StrategyDescription LocalSgdStrategy::describe() const
 	f.name = "local-sgd";
 	const std::string mode = all_reduce_ ? std::string(all_reduce_mode_name(all_reduce_->mode())) + " all-reduce"
 					     : std::string("all-gather");
-	f.transport = fmt::format("{} of the pseudo-gradient in {} every {} steps", mode,
-				  compression_name(options_.compress), options_.sync_every);
+	f.transport = fmt::format("{} of the pseudo-gradient in {} every {} steps{}", mode,
+				  compression_name(options_.compress), options_.sync_every,
+				  options_.overlap ? ", during the next steps" : "");
 	f.bucket_word = "sync buffer";
 	f.buckets = 1;
 	f.parameter_bytes = 2 * static_cast<size_t>(count_) * sizeof(float); // the worker's and the anchor
@@ -341,6 +470,7 @@ StrategyDescription LocalSgdStrategy::describe() const
 		     {"outer_lr", options_.outer_lr},
 		     {"outer_momentum", options_.outer_optimizer == "nesterov" ? options_.outer_momentum : 0.0f},
 		     {"outer_compress", compression_name(options_.compress)},
+		     {"outer_overlap", options_.overlap},
 		     {"sync_bytes", payload_bytes()},
 		     {"syncs", syncs_},
 		     {"skipped_syncs", skipped_syncs_},

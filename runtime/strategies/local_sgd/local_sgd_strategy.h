@@ -8,6 +8,7 @@
 
 #include "collectives/all_reduce.h"
 #include "collectives/quantized/int8_mean.h"
+#include "runtime/strategies/comm_thread.h"
 #include "runtime/strategies/fault_injection.h"
 #include "runtime/strategies/strategy.h"
 
@@ -21,6 +22,14 @@ namespace tower {
 // or int8 blocks), the outer optimizer steps the anchor with it (skipped on every rank when the
 // average is not finite), and the parameters restart from the anchor. With H = 1, outer SGD at
 // rate 1 and an inner rule linear in the gradient this is the replicated strategy (mean).
+//
+// With `overlap` a sync starts the all-reduce of this block's pseudo-gradient on a thread of its
+// own and goes on with the next block's inner steps; the next sync waits for it and applies its
+// outer step then (one sync late). Each worker's parameters are the anchor plus its own progress
+// over the last block, so no worker's steps are lost and the anchor's lag stays one block. A block
+// starts where its worker stands (block_start_), not at the anchor, and its pseudo-gradient is
+// the worker's own move over the block. A non-finite mean skips its outer step on every rank and
+// every worker restarts from the anchor (the block after it is lost too).
 class LocalSgdStrategy final : public Strategy {
 public:
 	LocalSgdStrategy(const Topology& topology, const Device& device, const ParameterSet& parameters,
@@ -53,6 +62,15 @@ public:
 
 private:
 	void sync(StepStats* stats);
+	void overlapped_sync(StepStats* stats);
+	// Waits for the all-reduce in flight and applies its outer step; false where the mean was
+	// not finite and the step was skipped.
+	bool finish_pending(StepStats* stats);
+	// settle_replicas under overlap: the pending outer step applied, each worker's progress since
+	// its block started carried onto the new anchor; afterwards every block starts at the anchor.
+	void drain_pending();
+	void compute_pseudo_gradient(const float* from);
+	bool apply_outer_step(StepStats* stats);
 	void average_pseudo_gradient();
 	void restart_from_anchor();
 	int64_t payload_bytes() const;
@@ -78,6 +96,12 @@ private:
 	int64_t syncs_ = 0, skipped_syncs_ = 0, skipped_inner_ = 0;
 	std::vector<Tensor> own_values_; // the worker's parameters while the synced values are in
 	FaultInjection faults_;
+	// Overlap only: where this worker's block started (f32 [count_], the anchor without overlap);
+	// 1 while a sync's mean waits to be applied (in flight, or arrived and saved in a checkpoint).
+	Tensor block_start_;
+	Tensor pending_ = Tensor::zeros({1}, DType::i64, Device{});
+	double job_s_ = 0; // the last outer all-reduce's own time, written on the communication thread
+	std::unique_ptr<CommThread> comm_thread_; // last: stops before the buffers its job reads go
 };
 
 // Collective: the factory (checks the options first).

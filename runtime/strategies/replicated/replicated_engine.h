@@ -12,7 +12,7 @@
 #include "base/tensor/named_tensor.h"
 #include "optim/optimizer.h"
 #include "runtime/strategies/fault_injection.h"
-#include "runtime/strategies/replicated/comm_thread.h"
+#include "runtime/strategies/comm_thread.h"
 #include "runtime/strategies/replicated/gradient_update.h"
 #include "runtime/strategies/strategy.h"
 #include "base/mpi/topology.h"

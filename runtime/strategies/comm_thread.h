@@ -10,8 +10,8 @@
 
 namespace tower {
 
-// Gradient buckets are all-reduced here while the main thread goes on with backward, so
-// communication hides behind compute. Every rank submits the same jobs in the same order, which
+// Gradient buckets (replicated) and local-sgd's outer all-reduce run here while the main thread
+// goes on computing, so communication hides behind compute. Every rank submits the same jobs in the same order, which
 // keeps the collectives matched across ranks.
 class CommThread {
 public:

@@ -1,5 +1,5 @@
 // One background thread that runs communication jobs in the order they were submitted.
-#include "runtime/strategies/replicated/comm_thread.h"
+#include "runtime/strategies/comm_thread.h"
 
 #include <chrono>
 
