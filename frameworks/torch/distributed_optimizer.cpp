@@ -77,8 +77,8 @@ OptimizerConfig owner_rule(torch::optim::Optimizer& optimizer, size_t index, std
 		c.name = "adamw";
 		adam_rule(static_cast<const torch::optim::AdamWOptions&>(options), c, problem);
 	} else {
-		*problem = "under an owner strategy the owners apply the update with torch's SGD, Adam or AdamW rule "
-			   "exactly; other optimizers train under replicated";
+		*problem = "under an owner strategy and local-sgd tower applies the update with torch's SGD, Adam or "
+			   "AdamW rule exactly; other optimizers train under replicated";
 	}
 	if (!problem->empty())
 		*problem = fmt::format("param_groups[{}]: {}", index, *problem);
@@ -159,6 +159,13 @@ bool DistributedOptimizer::more()
 			if (r)
 				r->finish_run(); // collective, as after a last step(); idempotent
 	return any;
+}
+
+void DistributedOptimizer::settle_replicas()
+{
+	for (const auto& r : reducers_)
+		if (r)
+			r->settle_replicas();
 }
 
 bool DistributedOptimizer::step()

@@ -49,7 +49,9 @@ OptimizerConfig owner_rule(torch::optim::Optimizer& optimizer, size_t index, std
 // Under "async" and "sync-replicas" (ReducerOptions::steps gives the run's length) the ranks do not
 // step together: loop `while (opt.more())`; each step() pushes the gradients to the owners, who
 // apply them with the learning rate they carry, and fetches the values of the next step. The
-// step() that finds the run over brings every rank the final values.
+// step() that finds the run over brings every rank the final values. Under "local-sgd" each rank
+// applies the group's rule to its own gradients and the ranks average how far they moved every
+// `sync_every` steps; settle_replicas() at the end leaves every rank the one synced model.
 class DistributedOptimizer {
 public:
 	// Collective: checks that the ranks agree on the options and parameters, gives every rank
@@ -69,13 +71,16 @@ public:
 	// async and sync-replicas: whether the chief granted this rank another step (always true
 	// under the lock-step strategies).
 	bool more();
+	// Collective, under local-sgd (nothing under the other strategies): every rank takes the one
+	// synced model now. Call it at the end of training.
+	void settle_replicas();
 	const ReduceResult& last() const { return last_; }
 	torch::optim::Optimizer& wrapped() { return optimizer_; }
 
 private:
 	torch::optim::Optimizer& optimizer_;
-	// One under replicated; under parameter-server one per parameter group (null for a group with
-	// nothing to train).
+	// One under replicated; under the other strategies one per parameter group (null for a group
+	// with nothing to train).
 	std::vector<std::unique_ptr<GradientReducer>> reducers_;
 	bool owners_apply_ = false;
 	bool detached_ = false; // async or sync-replicas

@@ -80,9 +80,6 @@ std::string check_strategy(const ReducerOptions& options)
 	const std::string& name = options.strategy.name;
 	const bool owners_apply = options.optimizer.name != "none";
 	const bool detached = is_detached(name);
-	if (name == "local-sgd")
-		return "`strategy` local-sgd runs under tower train and the C++ DistributedOptimizer; tower.torch does not "
-		       "offer it yet: use replicated, parameter-server, async or sync-replicas";
 	if (!detached && options.steps != 0)
 		return fmt::format("`steps` {} belongs to async and sync-replicas, whose chief plans the run's tokens; "
 				   "`strategy` {} steps for as long as the program calls step()", options.steps, name);
@@ -92,7 +89,7 @@ std::string check_strategy(const ReducerOptions& options)
 	if (name == "replicated")
 		return owners_apply ? "under `strategy` replicated the wrapped torch optimizer applies the update" : "";
 	if (!owners_apply)
-		return fmt::format("under `strategy` {} the owners apply the update: give its rule", name);
+		return fmt::format("under `strategy` {} tower applies the update: give its rule", name);
 	if (detached && options.steps <= 0)
 		return fmt::format("`strategy` {} needs the run's length, `steps` (lock-step steps; the chief hands out "
 				   "the tokens for them and the run ends when they are spent); got {}", name, options.steps);
@@ -160,6 +157,7 @@ GradientReducer::GradientReducer(std::vector<std::pair<std::string, at::Tensor>>
 	servers_ = options.strategy.name == "parameter-server" ? options.strategy.ps_ranks : 0;
 	closer_ = add_closer([this] { close(); });
 	detached_ = is_detached(options.strategy.name);
+	local_ = options.strategy.name == "local-sgd";
 	planned_steps_ = options.steps;
 }
 
@@ -406,7 +404,9 @@ ReduceResult GradientReducer::synchronize(float lr)
 			pass_.on_ready(parameters_[i]);
 	}
 	const StepStats stats = optimizer.step(lr);
-	restore_unused(flags);
+	// local-sgd's steps send nothing between syncs: an unused parameter steps on its zeros.
+	if (!local_)
+		restore_unused(flags);
 	ReduceResult result;
 	result.skipped = stats.skipped;
 	result.grad_norm = stats.grad_norm;

@@ -117,6 +117,11 @@ public:
 	// variables' moving averages (true) or the trained values back (false). Under async and
 	// sync-replicas, after the run's end.
 	void use_averages(bool averaged) { open().use_averages(averaged); }
+	// Collective, under local-sgd (nothing under the others): every worker takes the one synced
+	// model now (call it at the end of training); and the synced values swapped into the
+	// parameters for an evaluation (true) and the worker's own back (false).
+	void settle_replicas() { open().settle_replicas(); }
+	void use_synced_values(bool synced) { open().use_synced_values(synced); }
 	// What a checkpoint saves of these parameters under an owner strategy: the optimizer that holds
 	// the owners' slices, moments and counters.
 	Checkpointed& checkpointed() { return open(); }
@@ -162,6 +167,7 @@ private:
 	int servers_ = 0;          // ranks 0..servers_-1 only serve; the first worker announces each step
 	bool run_ended_ = false;   // the workers announced their end
 	bool detached_ = false;    // async or sync-replicas
+	bool local_ = false;       // local-sgd: no collective between syncs
 	bool more_ = false;        // detached: a token is granted, and its values fetched
 	bool started_ = false;     // detached: start_run() ran
 	int64_t planned_steps_ = 0; // detached: the run's length, for the chief's tokens

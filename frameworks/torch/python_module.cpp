@@ -185,6 +185,12 @@ public:
 		py::gil_scoped_release unlocked;
 		open().use_averages(averaged);
 	}
+	void settle_replicas()
+	{
+		py::gil_scoped_release unlocked;
+		open().settle_replicas();
+	}
+	void use_synced_values(bool synced) { open().use_synced_values(synced); }
 	bool is_worker() { return open().is_worker(); }
 	int worker_index() { return open().worker_index(); }
 	int workers() { return open().workers(); }
@@ -394,6 +400,8 @@ PYBIND11_MODULE(_core, m)
 		.def("detached", &PyReducer::detached)
 		.def("finish_run", &PyReducer::finish_run)
 		.def("use_averages", &PyReducer::use_averages)
+		.def("settle_replicas", &PyReducer::settle_replicas)
+		.def("use_synced_values", &PyReducer::use_synced_values)
 		.def("is_worker", &PyReducer::is_worker)
 		.def("worker_index", &PyReducer::worker_index)
 		.def("workers", &PyReducer::workers)

@@ -40,7 +40,7 @@ def _owner_rule(kind, index, group):
         rule = [("optimizer", "adamw" if kind is torch.optim.AdamW else "adam"), ("beta1", repr(float(beta1))),
                 ("beta2", repr(float(beta2))), ("epsilon", repr(float(group["eps"]))), ("pytorch_adam", "true")]
     else:
-        return [], problems + [f"{kind.__name__}: under an owner strategy the owners apply the update with torch's "
+        return [], problems + [f"{kind.__name__}: under an owner strategy and local-sgd tower applies the update with torch's "
                                "SGD, Adam or AdamW rule exactly; other optimizers train under replicated"]
     return rule + [("weight_decay", repr(float(group["weight_decay"])))], problems
 
@@ -116,8 +116,8 @@ class _DistributedOptimizer:
         skip_synchronize(). Under an owner strategy the owners apply the update as they reduce:
         there is no such point, and step() does it all."""
         if self._tower_owners_apply:
-            raise TowerError("synchronize() under an owner strategy: the owners apply the update as they receive "
-                             "the gradients, so nothing can change them in between; call step()")
+            raise TowerError("synchronize() under an owner strategy or local-sgd: tower applies the update as it "
+                             "takes the gradients, so nothing can change them in between; call step()")
         self._tower_last = self._tower_reducers[0].synchronize()
         self._tower_synchronized = True
 
@@ -168,8 +168,8 @@ class _DistributedOptimizer:
             rule = _owner_rule(self._tower_kind(), i, group)[0]
             if rule != self._tower_rules[i]:
                 changed = sorted({key for key, _ in set(rule) ^ set(self._tower_rules[i])})
-                raise TowerError(f"param_groups[{i}] changed {changed} after wrapping: under an owner strategy the "
-                                 "owners keep the rule they were given, and only the learning rate may change (a "
+                raise TowerError(f"param_groups[{i}] changed {changed} after wrapping: under an owner strategy or "
+                                 "local-sgd tower keeps the rule it was given, and only the learning rate may change (a "
                                  "scheduler that cycles momentum or betas, e.g. OneCycleLR's cycle_momentum, needs "
                                  "strategy='replicated')")
         if self._tower_detached and not self.more():
@@ -219,6 +219,29 @@ class _DistributedOptimizer:
         for reducer in self._tower_reducers:
             if reducer is not None:
                 reducer.use_averages(bool(averaged))
+
+    def settle_replicas(self):
+        """Collective, under strategy='local-sgd' (nothing under the others): the workers, which
+        train apart between syncs, take a sync now, so that every rank holds the one synced model.
+        Call it at the end of training, before the last checkpoint and the final evaluation."""
+        for reducer in self._tower_reducers:
+            if reducer is not None:
+                reducer.settle_replicas()
+
+    @contextlib.contextmanager
+    def synced_values(self):
+        """Under strategy='local-sgd': inside the block the parameters hold the synced values (the
+        model of the last sync, the same on every rank), for an evaluation; this worker's own come
+        back after it, and the training goes on as if nothing happened. Not collective."""
+        for reducer in self._tower_reducers:
+            if reducer is not None:
+                reducer.use_synced_values(True)
+        try:
+            yield
+        finally:
+            for reducer in self._tower_reducers:
+                if reducer is not None:
+                    reducer.use_synced_values(False)
 
     def _tower_first(self):
         return next(r for r in self._tower_reducers if r is not None)
@@ -306,7 +329,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                          sparse_as_dense=False, process_set=None, *, allreduce="auto", fusion_mb=4.0,
                          overlap=True, strategy="replicated", ps_ranks=0, deterministic=False, name="",
                          check_every=0, steps=0, replicas_to_aggregate=0, async_scale=True, max_staleness=None,
-                         ema_decay=None, share=None):
+                         ema_decay=None, share=None, sync_every=None, local_start=None, outer_optimizer=None,
+                         outer_lr=None, outer_momentum=None, outer_compress=None, outer_overlap=None):
     """Wraps `optimizer` (any torch.optim.Optimizer): gradients are reduced over the ranks as
     backward finalizes them, and step() applies the reduced ones (collective: every rank makes
     the same calls). Horovod's arguments, plus tower's own: allreduce= (auto, ring, hierarchical,
@@ -322,7 +346,12 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     differ). async and sync-replicas (owners that apply each gradient, or each N of them, as
     they come) need steps= (the run's length in lock-step steps) and a loop `while opt.more()`;
     their options: replicas_to_aggregate= (sync-replicas), async_scale= and max_staleness=
-    (async); ema_decay= keeps moving averages on the owners (use_averages()). share=another
+    (async); ema_decay= keeps moving averages on the owners (use_averages()). local-sgd: every
+    worker applies torch's SGD, Adam or AdamW rule to its own gradients and the workers average
+    how far they moved every sync_every= steps, with an outer optimizer (outer_optimizer=
+    nesterov, DiLoCo's, or sgd; outer_lr=, outer_momentum=, outer_compress= none, bf16 or int8,
+    outer_overlap=, local_start=: tower train's options of the same names); call
+    settle_replicas() at the end, and evaluate inside synced_values(). share=another
     (replicated): the StyleGAN2 seed's share=, a second optimizer over the same parameters whose
     steps move `another`'s state (a lazy regularizer's D_reg beside D); it reduces through the
     same buckets, and its own param_groups set its learning rate."""
@@ -363,12 +392,14 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         problems.append(f"check_every= under strategy={strategy!r}: its workers do not step together, so there is "
                         "no step at which to compare them; the run's end brings every rank the same values")
     if strategy != "replicated":
-        # The all-reduce's own options mean nothing where the gradients go to their owners.
-        given = {"allreduce": allreduce != "auto", "fusion_mb": fusion_mb != 4.0, "overlap": overlap is not True,
-                 "groups": bool(groups), "deterministic": bool(deterministic)}
+        # The all-reduce's own options mean nothing where the gradients go to their owners, or
+        # (local-sgd, whose outer all-reduce takes allreduce=) nowhere.
+        given = {"allreduce": allreduce != "auto" and strategy != "local-sgd", "fusion_mb": fusion_mb != 4.0,
+                 "overlap": overlap is not True, "groups": bool(groups), "deterministic": bool(deterministic)}
         for key in (k for k, v in given.items() if v):
             problems.append(f"{key}= belongs to strategy='replicated' (its all-reduce); strategy={strategy!r} "
-                            "sends each gradient to its owner")
+                            + ("sends one pseudo-gradient every sync_every= steps" if strategy == "local-sgd"
+                               else "sends each gradient to its owner"))
     if isinstance(optimizer, torch.optim.LBFGS):
         problems.append("LBFGS evaluates its closure several times per step: not supported")
     op_name, replica_groups = "mean", []
@@ -437,6 +468,12 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         strategy_rows.append(("max_staleness", str(max_staleness)))
     if ema_decay is not None:
         strategy_rows.append(("ema_decay", repr(ema_decay)))
+    local = {"sync_every": sync_every, "local_start": local_start, "outer_optimizer": outer_optimizer,
+             "outer_lr": outer_lr, "outer_momentum": outer_momentum, "outer_compress": outer_compress,
+             "outer_overlap": outer_overlap}
+    for key, value in local.items():
+        if value is not None:
+            strategy_rows.append((key, ("true" if value else "false") if isinstance(value, bool) else str(value)))
     agreed = _settings(optimizer) + [("check_every", str(check_every))]
     # Each group's name, as its optimizer is named under an owner strategy and its variables in a
     # checkpoint under any; None for a group with nothing to train.

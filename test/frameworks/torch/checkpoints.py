@@ -7,7 +7,9 @@ the rounding of the split and of the reduction differ), which needs the optimize
 Under sync-replicas the run of 20 planned steps goes on from the restored update, and saves
 again once it is over.
 With PS_RANKS above 0 (parameter-server), ranks 0..PS_RANKS-1 only serve: they restore, then run
-serve(), which joins the workers' saves.
+serve(), which joins the workers' saves. STRATEGY local-sgd (or local-sgd-overlap, with the outer
+all-reduce overlapped) syncs every 4 steps: the checkpoint at step 10 falls between syncs, and
+each worker's own parameters and state come back (resumed at the same size).
 Exits non-zero on a failure. Usage: checkpoints.py save|resume DIR STRATEGY [PS_RANKS]"""
 import os
 import sys
@@ -31,7 +33,9 @@ opt = torch.optim.Adam([{"params": model[0].parameters(), "weight_decay": 1e-2, 
                         {"params": model[2].parameters(), "lr": 3e-3, "betas": (0.8, 0.99)}], lr=1e-2)
 scheduler = torch.optim.lr_scheduler.StepLR(opt, step_size=4, gamma=0.5)
 detached = strategy in ("async", "sync-replicas")
-opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), strategy=strategy,
+local = {"sync_every": 4, "outer_overlap": strategy.endswith("overlap")} if strategy.startswith("local-sgd") else {}
+opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(),
+                               strategy="local-sgd" if local else strategy, **local,
                                **({"steps": 20} if detached else {}), **({"ps_ranks": servers} if servers else {}))
 checkpoints = hvd.Checkpoints(opt, os.path.join(directory, "ckpt"), resume=mode == "resume",
                               identity={"model": "two layers"})
@@ -61,7 +65,9 @@ def train(steps):
 
 failed = False
 step, totals = checkpoints.restore()
-first_worker = opt.worker_rank() == 0
+# Under local-sgd each worker holds parameters of its own: each keeps its own files.
+first_worker = opt.worker_rank() == 0 or bool(local)
+mine = f"-{R}" if local else ""
 if not opt.is_worker():
     hvd.serve(opt)  # joins the workers' saves, until they end
     if detached and mode == "resume":
@@ -73,19 +79,19 @@ elif mode == "save":
     checkpoints.save(10, seconds=1.5)
     checkpoints.wait()
     if first_worker:
-        torch.save(flat(), os.path.join(directory, "saved.pt"))
+        torch.save(flat(), os.path.join(directory, f"saved{mine}.pt"))
     train(data[10:])
     if first_worker:
-        torch.save(flat(), os.path.join(directory, "uninterrupted.pt"))
+        torch.save(flat(), os.path.join(directory, f"uninterrupted{mine}.pt"))
     opt.tower_close()  # the servers' serve() returns
     say(f"rank {R}: saved step 10 under {strategy} at {hvd.size()} rank(s)")
 else:
-    same = step == 10 and totals == {"seconds": 1.5} and torch.equal(flat(), torch.load(os.path.join(directory, "saved.pt")))
+    same = step == 10 and totals == {"seconds": 1.5} and torch.equal(flat(), torch.load(os.path.join(directory, f"saved{mine}.pt")))
     scheduler.last_epoch = step  # the program's scheduler follows the restored step
     for group in opt.param_groups:
         group["lr"] = group["initial_lr"] * 0.5 ** (step // 4)
     train(data[10:])
-    expected = torch.load(os.path.join(directory, "uninterrupted.pt"))
+    expected = torch.load(os.path.join(directory, f"uninterrupted{mine}.pt"))
     worst = ((flat() - expected).abs().max() / expected.abs().max()).item()
     ok = same and worst <= 1e-5
     if detached:

@@ -53,8 +53,10 @@ try:
         opt = wrap(model(), op=hvd.Adasum)
     elif mistake == "detached-without-steps":
         wrap(model(), strategy="async")
-    elif mistake == "local-sgd":
-        wrap(model(), strategy="local-sgd")
+    elif mistake == "local-sgd-option-under-replicated":
+        wrap(model(), sync_every=4)
+    elif mistake == "local-sgd-fusion":
+        wrap(model(), strategy="local-sgd", fusion_mb=1.0)
     elif mistake == "share-with-options-of-its-own":
         m = model()
         first = wrap(m)

@@ -3,8 +3,10 @@ sync-replicas (one gradient per worker per update), whose owners apply torch's o
 Nesterov, weight decay), Adam and AdamW rules per parameter group with the learning rate a
 scheduler sets, ends within 1e-5 of plain PyTorch in one process on the same global batches, with
 every rank an owner and (at 3 ranks) with rank 0 a server that runs serve(); async trains, applying
-one update per gradient; and deterministic=True gives one result, bit for bit, whatever
-allreduce= is.
+one update per gradient; local-sgd syncing after every step with outer SGD at rate 1 and torch's
+SGD is plain PyTorch too, and every H steps with AdamW (with the outer all-reduce overlapped or not)
+ends on one synced model on every rank; and deterministic=True gives one result, bit for bit,
+whatever allreduce= is.
 Exits non-zero on the first failure. Usage: strategies.py"""
 import sys
 import warnings
@@ -138,6 +140,61 @@ say(f"rank {R}: async, torch sgd with two groups, {N} rank(s): updates per group
     f"(planned {STEPS * N}), this worker's steps {got.tower_steps}, loss {before:.4f} -> {after:.4f} "
     f"(plain PyTorch: {plain:.4f}), "
     f"{'the same values on every rank' if same else 'DIFFERENT values'} {'ok' if ok else 'FAILED'}")
+
+# local-sgd, syncing after every step with outer SGD at rate 1: every worker restarts from the mean
+# each step, and SGD's rule (momentum, Nesterov, weight decay) is linear in the gradient, so the
+# mean of the workers' moves is plain PyTorch's move on the global batch.
+expected = train("sgd", data)
+got = train("sgd", data, {"strategy": "local-sgd", "sync_every": 1, "outer_optimizer": "sgd", "outer_lr": 1.0})
+worst = worst_relative(got, expected)
+ok = worst <= 1e-5
+failed = failed or not ok
+say(f"rank {R}: local-sgd syncing every step, outer SGD at rate 1, torch sgd with two groups and StepLR, {N} rank(s): "
+    f"worst relative difference {worst:.2e} against plain PyTorch {'ok' if ok else 'FAILED'}")
+
+
+# local-sgd every 4 steps with AdamW, DiLoCo's outer Nesterov, the outer all-reduce overlapped or
+# not: between syncs the workers differ, inside synced_values() every rank holds the same synced
+# model, and after settle_replicas() every rank holds one model whose loss on the whole data went
+# down by at least half as much as plain PyTorch's did.
+def alike(model):
+    """Every rank holds the parameters rank 0 holds."""
+    rows = hvd.allgather(flat(model)[None])
+    return all(torch.equal(rows[0], row) for row in rows)
+
+
+def local_run(overlap):
+    model = make_model()
+    opt, scheduler = make_optimizer(model, "adamw")
+    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), strategy="local-sgd",
+                                   sync_every=4, outer_overlap=overlap, check_every=4)
+    per = GLOBAL_BATCH // N
+    apart = synced = True
+    for step, (x, y) in enumerate(data):
+        opt.zero_grad()
+        F.cross_entropy(model(x[R * per:(R + 1) * per]), y[R * per:(R + 1) * per]).backward()
+        opt.step()
+        scheduler.step()
+        if step == 1:
+            apart = not alike(model)
+            with opt.synced_values():
+                synced = alike(model)
+    opt.settle_replicas()
+    same = alike(model)
+    opt.tower_close()
+    return model, apart or N == 1, synced, same
+
+
+plain_loss = loss_of(train("adamw", data))
+start_loss = loss_of(make_model())
+for overlap in (False, True):
+    model, apart, synced, same = local_run(overlap)
+    after = loss_of(model)
+    ok = apart and synced and same and start_loss - after >= 0.5 * (start_loss - plain_loss)
+    failed = failed or not ok
+    say(f"rank {R}: local-sgd every 4 steps, outer_overlap={overlap}, torch adamw, {N} rank(s): workers apart between "
+        f"syncs {apart}, synced values alike {synced}, one model after settle_replicas() {same}, loss "
+        f"{start_loss:.4f} -> {after:.4f} (plain PyTorch: {plain_loss:.4f}) {'ok' if ok else 'FAILED'}")
 
 # ema_decay= under parameter-server: the owners keep v <- 0.9 v + 0.1 value after each update;
 # use_averages(True) puts them into the parameters (against the same average kept here over the

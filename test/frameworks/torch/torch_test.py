@@ -47,7 +47,9 @@ for ranks in (2, 3):
 # another, bit for bit, and the optimizer state with it (sync-replicas last: it saves again at its
 # end). (ranks, strategy, ranks that only serve)
 for save, resumes in (((3, "replicated", 0), ((2, "parameter-server", 0), (2, "sync-replicas", 0))),
-                      ((3, "parameter-server", 1), ((1, "replicated", 0), (3, "parameter-server", 1)))):
+                      ((3, "parameter-server", 1), ((1, "replicated", 0), (3, "parameter-server", 1))),
+                      ((2, "local-sgd", 0), ((2, "local-sgd", 0),)),
+                      ((2, "local-sgd-overlap", 0), ((2, "local-sgd-overlap", 0),))):
     with tempfile.TemporaryDirectory() as tmp:
         saved, seconds = launch(save[0], "checkpoints.py", "save", tmp, save[1], str(save[2]))
         for ranks, strategy, servers in resumes:
@@ -104,10 +106,11 @@ mistakes = {
     "different-optimizer": "param_groups[0].lr is 0.1 on rank 0 and 0.2 on rank 1",
     "horovod-name-outside": "tower.torch does not provide 'Adasum'",
     "detached-without-steps": "strategy= async needs the run's length, steps=",
-    "local-sgd": "tower.torch does not offer it yet",
+    "local-sgd-option-under-replicated": "sync_every= belongs to strategy= local-sgd, not replicated",
+    "local-sgd-fusion": "fusion_mb= belongs to strategy='replicated' (its all-reduce); strategy='local-sgd' sends one",
     "share-with-options-of-its-own": "share= reduces through the shared optimizer's buckets, with its options: drop op=",
     "checkpoint-amsgrad": "param_groups[0] amsgrad=True: the owners' rule matches torch's only with amsgrad=False",
-    "owner-optimizer-class": "RMSprop: under an owner strategy the owners apply the update with torch's SGD, Adam",
+    "owner-optimizer-class": "RMSprop: under an owner strategy and local-sgd tower applies the update with torch's",
     "owner-amsgrad": "param_groups[0] amsgrad=True: the owners' rule matches torch's only with amsgrad=False",
     "owner-synchronize": "synchronize() under an owner strategy",
     "owner-replicated-option": "groups= belongs to strategy='replicated' (its all-reduce)",
