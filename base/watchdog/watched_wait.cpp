@@ -40,15 +40,23 @@ constexpr double request_yield_s = 2.0;
 constexpr double request_max_sleep_s = 1e-3;
 constexpr double idle_min_sleep_s = 8e-6;
 constexpr double idle_max_sleep_s = 1e-3;
+constexpr int background_polls = 16;
+constexpr double background_max_sleep_s = 1e-3;
 
 std::atomic<double> warn_limit{60.0};
 std::atomic<double> abort_limit{600.0};
 std::atomic<int64_t> current_step{-1};
 thread_local const char* context_unit = nullptr;
 thread_local int64_t context_index = -1;
+thread_local bool background_waits = false;
 
 void back_off(double waited, detail::BackOff policy)
 {
+	if (background_waits) {
+		std::this_thread::sleep_for(
+			std::chrono::duration<double>(std::clamp(waited / 20, min_sleep_s, background_max_sleep_s)));
+		return;
+	}
 	if (policy == detail::BackOff::idle) {
 		// From 8 us up to 1 ms: a reply on its way is caught soon, a long wait polls 1000 times a second.
 		std::this_thread::sleep_for(std::chrono::duration<double>(std::clamp(waited / 2, idle_min_sleep_s, idle_max_sleep_s)));
@@ -260,6 +268,16 @@ void wait_idle(const std::function<bool()>& done, const WaitSite& site)
 	detail::watched_loop(done, site, {}, detail::BackOff::idle);
 }
 
+void set_background_waits(bool background)
+{
+	background_waits = background;
+}
+
+int detail::quiet_polls_now()
+{
+	return background_waits ? background_polls : quiet_polls;
+}
+
 void wait_request(MPI_Request& request, const WaitSite& site)
 {
 	auto done = [&] {
@@ -267,7 +285,7 @@ void wait_request(MPI_Request& request, const WaitSite& site)
 		TOWER_MPI(MPI_Test(&request, &flag, MPI_STATUS_IGNORE));
 		return flag != 0;
 	};
-	for (int i = 0; i < detail::quiet_polls; ++i)
+	for (int i = 0; i < detail::quiet_polls_now(); ++i)
 		if (done())
 			return;
 	detail::watched_loop(done, site, {}, detail::BackOff::drives_progress);
@@ -282,7 +300,7 @@ void wait_requests(std::vector<MPI_Request>& requests, const WaitSite& site)
 		TOWER_MPI(MPI_Testall(static_cast<int>(requests.size()), requests.data(), &flag, MPI_STATUSES_IGNORE));
 		return flag != 0;
 	};
-	for (int i = 0; i < detail::quiet_polls; ++i)
+	for (int i = 0; i < detail::quiet_polls_now(); ++i)
 		if (done())
 			return;
 	detail::watched_loop(done, site, {}, detail::BackOff::drives_progress);

@@ -68,8 +68,16 @@ void wait_requests(std::vector<MPI_Request>& requests, const WaitSite& site);
 // the counters); empty function: found from the peer or the host's arrival table.
 using MissingRanks = std::function<std::vector<int>()>;
 
+// For this thread from now on: its waits have time to spare and share a core with the rank's
+// compute (local-sgd's outer all-reduce, run during the next inner steps): they poll a few times,
+// then sleep in slices of 50 us growing to 1 ms instead of spinning and yielding, so the compute
+// keeps the core. Open MPI's progress happens in the polls, which is enough where the wait has
+// whole steps to finish in.
+void set_background_waits(bool background);
+
 namespace detail {
 constexpr int quiet_polls = 2000; // polls before the clock is read: a fast wait costs only these
+int quiet_polls_now();            // quiet_polls, or a few on a thread of background waits
 // How a wait gives the core away once its quiet polls are spent.
 enum class BackOff {
 	yield_then_sleep, // a peer is about to arrive: yield for a while, then sleep
@@ -84,7 +92,7 @@ void watched_loop(const std::function<bool()>& done, const WaitSite& site, const
 // that needs polling to advance (an MPI request), use wait_request, which backs off more gently.
 template <typename Done> void wait_until(Done&& done, const WaitSite& site, const MissingRanks& missing = {})
 {
-	for (int i = 0; i < detail::quiet_polls; ++i)
+	for (int i = 0; i < detail::quiet_polls_now(); ++i)
 		if (done())
 			return;
 	detail::watched_loop(std::function<bool()>(std::ref(done)), site, missing);

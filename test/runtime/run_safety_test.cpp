@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <ctime>
 #include <string>
 #include <thread>
 
@@ -188,6 +189,32 @@ TEST_CASE("a watched wait returns when its condition holds, after the back-off t
 	later.join();
 	CHECK(ready.load());
 	CHECK(waited >= 0.05);
+}
+
+TEST_CASE("a thread of background waits sleeps through its waits instead of spinning or yielding")
+{
+	// Over a 0.3 s wait a yielding or spinning thread on an idle core burns the core's time;
+	// one of background waits (local-sgd's overlapped all-reduce) polls a few hundred times.
+	double cpu_s = 1, waited = 0;
+	std::thread background([&] {
+		set_background_waits(true);
+		std::atomic<bool> ready{false};
+		std::thread later([&] {
+			std::this_thread::sleep_for(std::chrono::milliseconds(300));
+			ready = true;
+		});
+		timespec before{}, after{};
+		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &before);
+		const auto start = std::chrono::steady_clock::now();
+		wait_until([&] { return ready.load(); }, {"background test wait"});
+		waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &after);
+		cpu_s = static_cast<double>(after.tv_sec - before.tv_sec) + 1e-9 * static_cast<double>(after.tv_nsec - before.tv_nsec);
+		later.join();
+	});
+	background.join();
+	CHECK(waited >= 0.29);
+	CHECK(cpu_s < 0.25 * waited);
 }
 
 TEST_CASE("a stall report names the ranks that have not arrived")

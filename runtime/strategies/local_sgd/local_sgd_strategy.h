@@ -14,6 +14,10 @@
 
 namespace tower {
 
+// Under overlap the outer all-reduce runs in pieces of this many values (1 MiB of f32, whole int8
+// blocks): what the main thread sends meanwhile waits behind one piece on a slow link.
+inline constexpr int64_t overlap_piece_values = 256 * 1024;
+
 // Each worker keeps its parameters and its inner optimizer's state to itself; every worker also
 // holds the synced values (the anchor, the one global model) and the outer optimizer's state,
 // equal on every rank. A step applies the inner optimizer to this worker's gradient alone (no
@@ -71,7 +75,8 @@ private:
 	void drain_pending();
 	void compute_pseudo_gradient(const float* from);
 	bool apply_outer_step(StepStats* stats);
-	void average_pseudo_gradient();
+	// The mean over the workers of pseudo_gradient_[at, at + n), in place.
+	void average_pseudo_gradient(int64_t at, int64_t n);
 	void restart_from_anchor();
 	int64_t payload_bytes() const;
 	std::vector<NamedTensor> shared_state();
