@@ -241,7 +241,9 @@ void watched_loop(const std::function<bool()>& done, const WaitSite& site, const
 		if (done())
 			return;
 		const double waited = seconds_since(start);
-		if (!published.entered && policy != BackOff::idle && waited >= publish_s) {
+		// The arrival table names the rank's main-thread wait: a background thread's would
+		// overwrite it (its stalls are still warned of and aborted).
+		if (!published.entered && policy != BackOff::idle && !background_waits && waited >= publish_s) {
 			arrival_enter(location(site), site.peer >= 0 ? world_rank_of(site.comm, site.peer) : -1);
 			published.entered = true;
 		}

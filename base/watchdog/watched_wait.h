@@ -72,7 +72,8 @@ using MissingRanks = std::function<std::vector<int>()>;
 // compute (local-sgd's outer all-reduce, run during the next inner steps): they poll a few times,
 // then sleep in slices of 50 us growing to 1 ms instead of spinning and yielding, so the compute
 // keeps the core. Open MPI's progress happens in the polls, which is enough where the wait has
-// whole steps to finish in.
+// whole steps to finish in. They stay out of the host's arrival table, which names the rank's
+// main-thread wait, and still warn of and abort a stall.
 void set_background_waits(bool background);
 
 namespace detail {

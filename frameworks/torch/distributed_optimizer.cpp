@@ -184,9 +184,11 @@ bool DistributedOptimizer::step()
 			all.skipped = all.skipped || r.skipped;
 			squares += r.grad_norm * r.grad_norm;
 			all.allreduce_s += r.allreduce_s;
+			all.hidden_fraction += r.allreduce_s * r.hidden_fraction; // weighted; divided below
 			all.buckets += r.buckets;
 		}
 		all.grad_norm = std::sqrt(squares);
+		all.hidden_fraction = all.allreduce_s > 0 ? all.hidden_fraction / all.allreduce_s : 0.0;
 		last_ = all;
 		if (detached_ && !more())
 			for (const auto& r : reducers_)

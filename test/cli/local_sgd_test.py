@@ -76,6 +76,10 @@ expect(owhole.get("replica_hash") != whole.get("replica_hash"), "overlap: the sa
 r, lines = run(3, "ogrown", "--max-steps", "30", "--resume", os.path.join(ockpt, "step-0000000010"), *overlap)
 ok("overlap grown", r, lines)
 expect("every worker restarts from its synced values" in r.stdout, f"overlap grown: no restart line: {r.stdout[-1500:]}")
+# Resumed without overlap, the mean still to be applied is not read: that sync is dropped, said.
+r, lines = run(2, "ooff", "--max-steps", "30", "--resume", os.path.join(ockpt, "step-0000000010"))
+ok("overlap checkpoint resumed without overlap", r, lines)
+expect("that sync is dropped" in r.stdout, f"overlap off: no dropped-sync line: {r.stdout[-1500:]}")
 
 # A NaN in rank 0's gradient at step 5: rank 0 skips that inner step alone, and no sync is skipped.
 nan = ok("nan", *run(2, "nan", "--max-steps", "12", "--inject-nonfinite", "5:0"))

@@ -15,6 +15,7 @@
 #include "models/model_factory.h"
 #include "base/watchdog/collective_debug.h"
 #include "base/error.h"
+#include "base/mpi/mpi_check.h"
 #include "base/watchdog/watched_wait.h"
 #include "runtime/options/run_fields.h"
 #include "runtime/safety/run_fingerprint.h"
@@ -193,26 +194,33 @@ TEST_CASE("a watched wait returns when its condition holds, after the back-off t
 
 TEST_CASE("a thread of background waits sleeps through its waits instead of spinning or yielding")
 {
-	// Over a 0.3 s wait a yielding or spinning thread on an idle core burns the core's time;
-	// one of background waits (local-sgd's overlapped all-reduce) polls a few hundred times.
+	// A request wait yields for its first 2 s (an MPI request advances only while polled), so
+	// over 0.3 s it burns an idle core's time; one of background waits (local-sgd's overlapped
+	// all-reduce) polls a few hundred times and sleeps in between.
 	double cpu_s = 1, waited = 0;
+	MPI_Comm self = MPI_COMM_NULL;
+	TOWER_MPI(MPI_Comm_dup(MPI_COMM_SELF, &self));
 	std::thread background([&] {
 		set_background_waits(true);
-		std::atomic<bool> ready{false};
+		int received = 0;
+		MPI_Request request = MPI_REQUEST_NULL;
+		TOWER_MPI(MPI_Irecv(&received, 1, MPI_INT, 0, 7, self, &request));
 		std::thread later([&] {
 			std::this_thread::sleep_for(std::chrono::milliseconds(300));
-			ready = true;
+			const int sent = 1;
+			TOWER_MPI(MPI_Send(&sent, 1, MPI_INT, 0, 7, self));
 		});
 		timespec before{}, after{};
 		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &before);
 		const auto start = std::chrono::steady_clock::now();
-		wait_until([&] { return ready.load(); }, {"background test wait"});
+		wait_request(request, {"background test wait", self});
 		waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &after);
 		cpu_s = static_cast<double>(after.tv_sec - before.tv_sec) + 1e-9 * static_cast<double>(after.tv_nsec - before.tv_nsec);
 		later.join();
 	});
 	background.join();
+	MPI_Comm_free(&self);
 	CHECK(waited >= 0.29);
 	CHECK(cpu_s < 0.25 * waited);
 }

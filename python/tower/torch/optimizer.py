@@ -183,7 +183,9 @@ class _DistributedOptimizer:
         self._tower_last = {"skipped": any(r["skipped"] for r in results),
                             "grad_norm": sum(r["grad_norm"] ** 2 for r in results) ** 0.5,
                             "allreduce_s": sum(r["allreduce_s"] for r in results),
-                            "hidden_fraction": 0.0, "buckets": sum(r["buckets"] for r in results)}
+                            "hidden_fraction": sum(r["allreduce_s"] * r["hidden_fraction"] for r in results) /
+                            max(sum(r["allreduce_s"] for r in results), 1e-30),
+                            "buckets": sum(r["buckets"] for r in results)}
         self._tower_steps += 1
         if self._tower_detached and not self.more():
             self._tower_finish_run()
@@ -361,13 +363,18 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                     "gradient_predivide_factor": 1.0, "num_groups": 0, "groups": None, "sparse_as_dense": False,
                     "process_set": None, "allreduce": "auto", "fusion_mb": 4.0, "overlap": True,
                     "strategy": "replicated", "ps_ranks": 0, "deterministic": False, "steps": 0,
-                    "replicas_to_aggregate": 0, "async_scale": True, "max_staleness": None, "ema_decay": None}
+                    "replicas_to_aggregate": 0, "async_scale": True, "max_staleness": None, "ema_decay": None,
+                    "sync_every": None, "local_start": None, "outer_optimizer": None, "outer_lr": None,
+                    "outer_momentum": None, "outer_compress": None, "outer_overlap": None}
         given = dict(compression=compression, backward_passes_per_step=backward_passes_per_step, op=op,
                      gradient_predivide_factor=gradient_predivide_factor, num_groups=num_groups, groups=groups,
                      sparse_as_dense=sparse_as_dense, process_set=process_set, allreduce=allreduce,
                      fusion_mb=fusion_mb, overlap=overlap, strategy=strategy, ps_ranks=ps_ranks,
                      deterministic=deterministic, steps=steps, replicas_to_aggregate=replicas_to_aggregate,
-                     async_scale=async_scale, max_staleness=max_staleness, ema_decay=ema_decay)
+                     async_scale=async_scale, max_staleness=max_staleness, ema_decay=ema_decay,
+                     sync_every=sync_every, local_start=local_start, outer_optimizer=outer_optimizer,
+                     outer_lr=outer_lr, outer_momentum=outer_momentum, outer_compress=outer_compress,
+                     outer_overlap=outer_overlap)
         ignored = sorted(k for k, v in given.items() if v is not defaults[k] and v != defaults[k])
         return _sharing(optimizer, share, name, check_every, ignored)
     # What is wrong on this rank goes to the reducer's agreement: an error on every rank, not a

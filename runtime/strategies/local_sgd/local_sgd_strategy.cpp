@@ -126,7 +126,7 @@ LocalSgdStrategy::LocalSgdStrategy(const Topology& topology, const Device& devic
 	if (options_.overlap) {
 		block_start_ = anchor_values_.clone();
 		// The all-reduce has H steps to finish in, on the core the rank computes on: its waits
-		// sleep rather than spin (spinning cost a quarter of the steps' speed at 100 Mbit/s).
+		// sleep rather than spin and yield, leaving the core to the inner steps.
 		comm_thread_ = std::make_unique<CommThread>([] { set_background_waits(true); });
 	}
 }
@@ -158,7 +158,8 @@ StepStats LocalSgdStrategy::step(const StepRequest& request)
 	}
 	++*step_counter_.data_as<int64_t>();
 	// Post-local SGD: the first local_start steps sync after each one (the workers' trajectory is
-	// then that of the whole batch, which a short run needs to leave its early plateau).
+	// then that of the whole batch, which a short run needs to leave its early plateau; under
+	// overlap each step's mean lands a step late, on top of each worker's own last step).
 	const int64_t every = steps() <= options_.local_start ? 1 : options_.sync_every;
 	if (++*since_sync_.data_as<int64_t>() >= every) {
 		if (comm_thread_)

@@ -59,7 +59,8 @@ public:
 	// Collective: the shared state from rank 0; every worker's own state where the checkpoint had
 	// the same workers, else every worker restarts from the anchor with fresh inner state.
 	void variables_restored() override;
-	// Collective: the anchor, equal on every rank (the parameters too, right after a sync).
+	// Collective: the anchor, equal on every rank (without overlap the parameters too, right after
+	// a sync).
 	uint64_t check_replicas() const override;
 	int64_t steps() const override { return *step_counter_.data_as<int64_t>(); }
 	StrategyDescription describe() const override;

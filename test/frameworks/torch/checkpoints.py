@@ -93,7 +93,8 @@ else:
     train(data[10:])
     expected = torch.load(os.path.join(directory, f"uninterrupted{mine}.pt"))
     worst = ((flat() - expected).abs().max() / expected.abs().max()).item()
-    ok = same and worst <= 1e-5
+    # Under local-sgd at the same size nothing is split or reduced differently: bit for bit.
+    ok = same and (worst == 0 if local else worst <= 1e-5)
     if detached:
         # Once the run is over, every rank is at its end: a checkpoint may be saved again.
         checkpoints.save(20)
