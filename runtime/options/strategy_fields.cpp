@@ -266,10 +266,13 @@ std::vector<Row> local_sgd_rows()
 		with(custom_field<StrategyOptions, float>("outer_momentum", "local-sgd: the outer Nesterov momentum, in [0, 1)",
 				own(&L::outer_momentum),
 				[](const std::string& t) {
-					const double m = parse_number_field("outer_momentum", t, FieldRange::non_negative);
+					// Checked as the float it is kept in: 0.99999999999 rounds to 1.
+					const float m = static_cast<float>(
+						parse_number_field("outer_momentum", t, FieldRange::non_negative));
 					if (!(m < 1))
-						throw AgreedError(fmt::format("`outer_momentum` {}: give a value in [0, 1)", t));
-					return static_cast<float>(m);
+						throw AgreedError(fmt::format("`outer_momentum` {}: give a value in [0, 1) (as a "
+									      "float: at most 0.99999994)", t));
+					return m;
 				},
 				[](const float& m) { return fmt::format("{}", m); },
 				[](const float& m) { return m == 0.5f ? 0.9f : 0.5f; }), local_sgd, true),

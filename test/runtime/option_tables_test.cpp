@@ -110,6 +110,17 @@ TEST_CASE("a bad value is an error naming the field in backquotes")
 	}
 }
 
+TEST_CASE("a value that becomes out of range as a float is refused, not written back unreadable")
+{
+	TrainerConfig c;
+	const Field<TrainerConfig>* row = find_field(trainer_fields(), "outer_momentum");
+	REQUIRE(row != nullptr);
+	CHECK_THROWS_AS(row->set(c, "0.9999999999999931"), AgreedError); // 1.0f as a float
+	row->set(c, "0.99999994");
+	TrainerConfig again;
+	CHECK_NOTHROW(row->set(again, row->get(c)));
+}
+
 TEST_CASE("the identity holds the fields a resume may not change")
 {
 	nlohmann::json identity = nlohmann::json::object();
