@@ -182,6 +182,16 @@ void transpose_into(const float* m, int64_t ld, int64_t t, int64_t d, float* out
 			out[e * t + i] = m[i * ld + e];
 }
 
+// m's rows [t, d] into out, d apart. A head's rows lie ld apart in the projection's output (3 KiB
+// at the default GPT, dy's 1 KiB): read as a product's b rows there, they fall into 4 of the L1
+// cache's 64 sets, which hold 12 lines each, and every tile read its rows again from L2. Packed,
+// the 32 KiB spread over every set and stay.
+void copy_rows(const float* m, int64_t ld, int64_t t, int64_t d, float* out)
+{
+	for (int64_t i = 0; i < t; ++i)
+		std::copy_n(m + i * ld, d, out + i * d);
+}
+
 // n rounded up to whole vectors of 16, at most t.
 int64_t padded_to_vectors(int64_t n, int64_t t)
 {
@@ -288,19 +298,21 @@ void attention_forward_f32(const AttentionShape& s, const float* qkv, float* pro
 {
 	const int64_t width = s.heads * s.d;
 	const float scale = 1.0f / std::sqrt(static_cast<float>(s.d));
-	std::vector<float> kt(static_cast<size_t>(s.d * s.time)), e(static_cast<size_t>(s.time));
+	const size_t matrix = static_cast<size_t>(s.d * s.time);
+	std::vector<float> kt(matrix), v(matrix), e(static_cast<size_t>(s.time));
 	for (int64_t item = 0; item < s.batch * s.heads; ++item) {
 		const Head h = head_of(s, qkv, item);
 		const Upcoming next = upcoming(s, qkv, item);
 		float* p = probs + item * s.time * s.time;
 		float* out = y + (item / s.heads) * s.time * width + (item % s.heads) * s.d;
 		transpose_into(h.k, h.ld, h.t, h.d, kt.data());
+		copy_rows(h.v, h.ld, h.t, h.d, v.data());
 		causal_rows(h, h.q, h.ld, kt.data(), p);
 		for (int64_t i = 0; i < h.t; ++i) {
 			next.row(i);
 			softmax_row(p + i * h.t, i + 1, padded_to_vectors(i + 1, h.t), h.t, scale, e.data());
 		}
-		lower_times(h, p, h.v, h.ld, out, width);
+		lower_times(h, p, v.data(), h.d, out, width);
 	}
 }
 
@@ -311,24 +323,27 @@ void attention_backward_f32(const AttentionShape& s, const float* qkv, const flo
 	const float scale = 1.0f / std::sqrt(static_cast<float>(s.d));
 	// One head's dS at a time, in a buffer that stays in cache (64 KiB at T = 128): written to
 	// dprobs, each head's would go out to memory and come back.
-	std::vector<float> vt(static_cast<size_t>(s.d * s.time)), ds(static_cast<size_t>(s.time * s.time));
+	const size_t matrix = static_cast<size_t>(s.d * s.time);
+	std::vector<float> vt(matrix), q(matrix), k(matrix), g(matrix), ds(static_cast<size_t>(s.time * s.time));
 	for (int64_t item = 0; item < s.batch * s.heads; ++item) {
 		const Head h = head_of(s, qkv, item);
 		const Upcoming next = upcoming(s, qkv, item);
 		const float* p = probs + item * s.time * s.time;
 		const int64_t offset = (item / s.heads) * s.time * 3 * width + (item % s.heads) * s.d;
 		float *dq = dqkv + offset, *dk = dq + width, *dv = dq + 2 * width;
-		const float* g = dy + (item / s.heads) * s.time * width + (item % s.heads) * s.d;
 		// dP = dy v^T, then through the softmax in place; dv = P^T dy; dq = dS k; dk = dS^T q.
 		transpose_into(h.v, h.ld, h.t, h.d, vt.data());
-		causal_rows(h, g, width, vt.data(), ds.data());
+		copy_rows(dy + (item / s.heads) * s.time * width + (item % s.heads) * s.d, width, h.t, h.d, g.data());
+		copy_rows(h.k, h.ld, h.t, h.d, k.data());
+		copy_rows(h.q, h.ld, h.t, h.d, q.data());
+		causal_rows(h, g.data(), h.d, vt.data(), ds.data());
 		for (int64_t i = 0; i < h.t; ++i) {
 			next.row(i);
 			softmax_grad_row(p + i * h.t, ds.data() + i * h.t, i + 1, h.t, scale);
 		}
-		lower_transposed_times(h, p, g, width, dv, h.ld);
-		lower_times(h, ds.data(), h.k, h.ld, dq, h.ld);
-		lower_transposed_times(h, ds.data(), h.q, h.ld, dk, h.ld);
+		lower_transposed_times(h, p, g.data(), h.d, dv, h.ld);
+		lower_times(h, ds.data(), k.data(), h.d, dq, h.ld);
+		lower_transposed_times(h, ds.data(), q.data(), h.d, dk, h.ld);
 	}
 }
 
