@@ -285,6 +285,9 @@ std::vector<Row> local_sgd_rows()
 		with(bool_field<StrategyOptions>("outer_overlap", "local-sgd: run each sync's outer all-reduce during the "
 				"next H inner steps and apply it at the next sync (true/false)", own(&L::overlap)),
 		     local_sgd, true),
+		with(number_field<StrategyOptions, int64_t>("outer_delay", "local-sgd with `outer_overlap`: apply each "
+				"sync's mean this many inner steps after it, waiting for it there (0: at the next sync)",
+				own(&L::outer_delay), FieldRange::non_negative), local_sgd, true),
 	};
 }
 

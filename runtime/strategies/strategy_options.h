@@ -54,6 +54,9 @@ struct LocalSgdOptions {
 	// Each sync's outer all-reduce runs during the next H inner steps, and its outer step is
 	// applied at the next sync (one sync late; each worker keeps its own last H steps on top).
 	bool overlap = false;
+	// Under overlap: the mean is applied this many inner steps after its sync instead (each worker
+	// keeps its own steps since that sync on top); 0, or H and more: at the next sync.
+	int64_t outer_delay = 0;
 };
 
 // What one training step did on this rank, for the trainer's logs and metrics. A strategy fills

@@ -81,6 +81,24 @@ r, lines = run(2, "ooff", "--max-steps", "30", "--resume", os.path.join(ockpt, "
 ok("overlap checkpoint resumed without overlap", r, lines)
 expect("that sync is dropped" in r.stdout, f"overlap off: no dropped-sync line: {r.stdout[-1500:]}")
 
+# With --outer-delay 2 the mean of the sync at step 8 lands at step 10: a checkpoint at step 9 holds
+# it in flight, one at step 10 right after it landed; both resume on the uninterrupted run's hash.
+delayed = [*overlap, "--outer-delay", "2"]
+dwhole = ok("delay whole", *run(2, "dwhole", "--max-steps", "30", *delayed))
+expect(dwhole.get("outer_delay") == 2 and dwhole.get("syncs") == 8, f"delay: {dwhole}")
+expect(dwhole.get("replica_hash") not in (owhole.get("replica_hash"), whole.get("replica_hash")),
+       "delay: the same model as without it")
+for stop in [9, 10]:
+    dckpt = os.path.join(tmp, f"dckpt{stop}")
+    # (to step 12: a run's last step settles the workers onto one model before its checkpoint)
+    ok(f"delay first part {stop}", *run(2, f"dfirst{stop}", "--max-steps", "12", "--checkpoint-dir", dckpt,
+                                        "--checkpoint-every", str(stop), *delayed))
+    dresumed = ok(f"delay resumed {stop}", *run(2, f"dresumed{stop}", "--max-steps", "30", "--resume",
+                                                os.path.join(dckpt, f"step-{stop:010d}"), *delayed))
+    expect(dwhole.get("replica_hash") == dresumed.get("replica_hash"),
+           f"delay: resume from step {stop} not bit for bit: {dwhole.get('replica_hash')} uninterrupted, "
+           f"{dresumed.get('replica_hash')} resumed")
+
 # A NaN in rank 0's gradient at step 5: rank 0 skips that inner step alone, and no sync is skipped.
 nan = ok("nan", *run(2, "nan", "--max-steps", "12", "--inject-nonfinite", "5:0"))
 expect(nan.get("skipped_inner_steps") == 1 and nan.get("skipped_syncs") == 0, f"nan: {nan}")
@@ -100,6 +118,7 @@ for args, text in [
     (["--outer-momentum", "1"], "--outer-momentum"),
     (["--compress", "bf16"], "--outer-compress"),
     (["--outer-compress", "fp8"], "--outer-compress"),
+    (["--outer-delay", "2"], "--outer-delay"),  # without --outer-overlap
 ]:
     r, _ = run(2, "error", "--max-steps", "2", *args)
     expect(r.returncode != 0, f"{args}: exit status 0")

@@ -120,6 +120,15 @@ std::vector<double> simulate_local_sgd(int workers, int64_t n, const LocalSgdOpt
 		for (int r = 0; r < workers; ++r)
 			for (int64_t i = 0; i < n; ++i)
 				x[r][i] -= inner_rate * (x[r][i] - centre(r, i));
+		if (has_pending && o.outer_delay > 0 && s % o.sync_every == o.outer_delay) {
+			// The mean lands: each worker's moves since its block started go on top of it.
+			outer(pending);
+			for (int r = 0; r < workers; ++r)
+				for (int64_t i = 0; i < n; ++i)
+					x[r][i] = anchor[i] - (start[r][i] - x[r][i]);
+			start.assign(workers, anchor);
+			has_pending = false;
+		}
 		if (s % o.sync_every != 0)
 			continue;
 		if (!o.overlap) {
@@ -187,7 +196,7 @@ TEST_CASE("local-sgd with H > 1 at one worker and outer SGD at rate 1 is plain t
 	}
 }
 
-TEST_CASE("local-sgd follows a float64 simulation of its rule, with and without overlap")
+TEST_CASE("local-sgd follows a float64 simulation of its rule, with and without overlap, with a delay")
 {
 	// Each worker descends its own quadratic, so the workers drift apart between syncs and the
 	// anchor depends on every block's mean, on when it is applied and on the outer state. More
@@ -195,14 +204,17 @@ TEST_CASE("local-sgd follows a float64 simulation of its rule, with and without 
 	const Topology topology(world().comm(), std::nullopt);
 	constexpr int64_t n = overlap_piece_values + 1000;
 	constexpr float inner_lr = 0.1f;
-	for (const bool overlap : {false, true}) {
+	// Delay 1 of H = 3: the mean lands a step after its sync; 0: at the next sync.
+	for (const auto& [overlap, delay] : {std::pair{false, 0}, {true, 0}, {true, 1}}) {
 		for (const char* outer : {"sgd", "nesterov"}) {
 			for (const int steps : {12, 14}) { // ending on a sync, and between syncs
 				CAPTURE(overlap);
+				CAPTURE(delay);
 				CAPTURE(outer);
 				CAPTURE(steps);
 				StrategyOptions o = local_sgd(3, outer, std::string(outer) == "sgd" ? 1.0f : 0.7f);
 				o.local_sgd.overlap = overlap;
+				o.local_sgd.outer_delay = delay;
 				Parameter p{"x", Tensor::zeros({n}, DType::f32, Device{}), Tensor::zeros({n}, DType::f32, Device{}),
 					    Tensor{}};
 				auto strategy = make_local_sgd_strategy(topology, Device{}, ParameterSet{{&p}}, inner("sgd"), o);
@@ -268,6 +280,11 @@ TEST_CASE("local-sgd's first local_start steps sync after each one, then every H
 	const Run longer = train(world().comm(), options, inner("sgd"), 18);
 	CHECK(longer.details["syncs"].get<int64_t>() == 10); // steps 1 to 8, then 13 and 18
 	CHECK(longer.details["local_start"].get<int64_t>() == 8);
+	// Under overlap too: those syncs block (a mean a step late would leave the workers apart).
+	options.local_sgd.overlap = true;
+	const Run overlapped = train(world().comm(), options, inner("sgd"), 8);
+	CHECK(tower::test::max_relative_difference(overlapped.parameters, reference.parameters) <= 1e-6);
+	CHECK(overlapped.details["syncs"].get<int64_t>() == 8);
 }
 
 TEST_CASE("a non-finite inner gradient skips that worker's step alone; a non-finite pseudo-gradient skips the sync "

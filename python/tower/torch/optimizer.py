@@ -332,7 +332,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                          overlap=True, strategy="replicated", ps_ranks=0, deterministic=False, name="",
                          check_every=0, steps=0, replicas_to_aggregate=0, async_scale=True, max_staleness=None,
                          ema_decay=None, share=None, sync_every=None, local_start=None, outer_optimizer=None,
-                         outer_lr=None, outer_momentum=None, outer_compress=None, outer_overlap=None):
+                         outer_lr=None, outer_momentum=None, outer_compress=None, outer_overlap=None,
+                         outer_delay=None):
     """Wraps `optimizer` (any torch.optim.Optimizer): gradients are reduced over the ranks as
     backward finalizes them, and step() applies the reduced ones (collective: every rank makes
     the same calls). Horovod's arguments, plus tower's own: allreduce= (auto, ring, hierarchical,
@@ -352,7 +353,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     worker applies torch's SGD, Adam or AdamW rule to its own gradients and the workers average
     how far they moved every sync_every= steps, with an outer optimizer (outer_optimizer=
     nesterov, DiLoCo's, or sgd; outer_lr=, outer_momentum=, outer_compress= none, bf16 or int8,
-    outer_overlap=, local_start=: tower train's options of the same names); call
+    outer_overlap=, outer_delay=, local_start=: tower train's options of the same names); call
     settle_replicas() at the end, and evaluate inside synced_values(). share=another
     (replicated): the StyleGAN2 seed's share=, a second optimizer over the same parameters whose
     steps move `another`'s state (a lazy regularizer's D_reg beside D); it reduces through the
@@ -365,7 +366,8 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                     "strategy": "replicated", "ps_ranks": 0, "deterministic": False, "steps": 0,
                     "replicas_to_aggregate": 0, "async_scale": True, "max_staleness": None, "ema_decay": None,
                     "sync_every": None, "local_start": None, "outer_optimizer": None, "outer_lr": None,
-                    "outer_momentum": None, "outer_compress": None, "outer_overlap": None}
+                    "outer_momentum": None, "outer_compress": None, "outer_overlap": None,
+                    "outer_delay": None}
         given = dict(compression=compression, backward_passes_per_step=backward_passes_per_step, op=op,
                      gradient_predivide_factor=gradient_predivide_factor, num_groups=num_groups, groups=groups,
                      sparse_as_dense=sparse_as_dense, process_set=process_set, allreduce=allreduce,
@@ -374,7 +376,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
                      async_scale=async_scale, max_staleness=max_staleness, ema_decay=ema_decay,
                      sync_every=sync_every, local_start=local_start, outer_optimizer=outer_optimizer,
                      outer_lr=outer_lr, outer_momentum=outer_momentum, outer_compress=outer_compress,
-                     outer_overlap=outer_overlap)
+                     outer_overlap=outer_overlap, outer_delay=outer_delay)
         ignored = sorted(k for k, v in given.items() if v is not defaults[k] and v != defaults[k])
         return _sharing(optimizer, share, name, check_every, ignored)
     # What is wrong on this rank goes to the reducer's agreement: an error on every rank, not a
@@ -477,7 +479,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         strategy_rows.append(("ema_decay", repr(ema_decay)))
     local = {"sync_every": sync_every, "local_start": local_start, "outer_optimizer": outer_optimizer,
              "outer_lr": outer_lr, "outer_momentum": outer_momentum, "outer_compress": outer_compress,
-             "outer_overlap": outer_overlap}
+             "outer_overlap": outer_overlap, "outer_delay": outer_delay}
     for key, value in local.items():
         if value is not None:
             strategy_rows.append((key, ("true" if value else "false") if isinstance(value, bool) else str(value)))

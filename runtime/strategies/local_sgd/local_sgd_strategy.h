@@ -33,7 +33,9 @@ inline constexpr int64_t overlap_piece_values = 256 * 1024;
 // over the last block, so no worker's steps are lost and the anchor's lag stays one block. A block
 // starts where its worker stands (block_start_), not at the anchor, and its pseudo-gradient is
 // the worker's own move over the block. A non-finite mean skips its outer step on every rank and
-// every worker restarts from the anchor (the block after it is lost too).
+// every worker restarts from the anchor (the block after it is lost too). With `outer_delay` D
+// the mean is waited for and applied D steps after its sync instead, the same way (each worker
+// keeps its D steps since on top, and its block starts over at the new anchor).
 class LocalSgdStrategy final : public Strategy {
 public:
 	LocalSgdStrategy(const Topology& topology, const Device& device, const ParameterSet& parameters,
@@ -74,6 +76,9 @@ private:
 	// settle_replicas under overlap: the pending outer step applied, each worker's progress since
 	// its block started carried onto the new anchor; afterwards every block starts at the anchor.
 	void drain_pending();
+	// drain_pending's work, also `outer_delay` steps after a sync; false where the mean was not
+	// finite (every worker restarted from the anchor).
+	bool apply_pending(StepStats* stats);
 	void compute_pseudo_gradient(const float* from);
 	bool apply_outer_step(StepStats* stats);
 	// The mean over the workers of pseudo_gradient_[at, at + n), in place.

@@ -163,11 +163,12 @@ def alike(model):
     return all(torch.equal(rows[0], row) for row in rows)
 
 
-def local_run(overlap):
+def local_run(overlap, delay):
     model = make_model()
     opt, scheduler = make_optimizer(model, "adamw")
     opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), strategy="local-sgd",
-                                   sync_every=4, outer_overlap=overlap, check_every=4)
+                                   sync_every=4, outer_overlap=overlap, outer_delay=delay,
+                                   check_every=4)
     per = GLOBAL_BATCH // N
     apart = synced = True
     initial = flat(model)
@@ -177,7 +178,8 @@ def local_run(overlap):
         opt.step()
         scheduler.step()
         if step == 8:
-            # After the syncs of steps 4 and 8 (under overlap the first mean lands at step 8):
+            # After the syncs of steps 4 and 8 (under overlap the first mean lands at step 8, or at
+            # step 6 with a delay of 2):
             # the synced values moved from the start and are the same everywhere.
             apart = not alike(model)
             with opt.synced_values():
@@ -190,12 +192,12 @@ def local_run(overlap):
 
 plain_loss = loss_of(train("adamw", data))
 start_loss = loss_of(make_model())
-for overlap in (False, True):
-    model, apart, synced, same = local_run(overlap)
+for overlap, delay in ((False, None), (True, None), (True, 2)):
+    model, apart, synced, same = local_run(overlap, delay)
     after = loss_of(model)
     ok = apart and synced and same and start_loss - after >= 0.5 * (start_loss - plain_loss)
     failed = failed or not ok
-    say(f"rank {R}: local-sgd every 4 steps, outer_overlap={overlap}, torch adamw, {N} rank(s): workers apart between "
+    say(f"rank {R}: local-sgd every 4 steps, outer_overlap={overlap}, outer_delay={delay}, torch adamw, {N} rank(s): workers apart between "
         f"syncs {apart}, synced values alike {synced}, one model after settle_replicas() {same}, loss "
         f"{start_loss:.4f} -> {after:.4f} (plain PyTorch: {plain_loss:.4f}) {'ok' if ok else 'FAILED'}")
 
