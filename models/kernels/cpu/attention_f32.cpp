@@ -84,14 +84,16 @@ inline __mmask16 first_lanes(int64_t n)
 }
 
 // Columns [j, j + 32) of the product, the last ones masked past `cols`: each b row is two
-// vectors, each a(r, p) broadcast, the sums kept in registers in the order of p.
-template <int R>
+// vectors, each a(r, p) broadcast, the sums kept in registers in the order of p. A whole tile
+// (Full) loads without masks: GCC kept the two masks on the stack and reloaded them every p.
+template <int R, bool Full>
 inline void tile(const RowsProduct& t, int64_t j)
 {
 	const float* a = t.a;
 	const float* b = t.b + j;
 	const int64_t a_row = t.a_row, a_col = t.a_col, ldb = t.ldb, k = t.k;
-	const __mmask16 m0 = first_lanes(t.cols - j), m1 = first_lanes(t.cols - j - 16);
+	const __mmask16 m0 = Full ? static_cast<__mmask16>(0xFFFF) : first_lanes(t.cols - j);
+	const __mmask16 m1 = Full ? static_cast<__mmask16>(0xFFFF) : first_lanes(t.cols - j - 16);
 	// The row loops unrolled, so that the accumulators live in registers (GCC at -O2 kept them
 	// in memory otherwise, at a third of the speed).
 	__m512 acc[R][2];
@@ -99,8 +101,8 @@ inline void tile(const RowsProduct& t, int64_t j)
 	for (int r = 0; r < R; ++r)
 		acc[r][0] = acc[r][1] = _mm512_setzero_ps();
 	for (int64_t p = 0; p < k; ++p) {
-		const __m512 b0 = _mm512_maskz_loadu_ps(m0, b + p * ldb);
-		const __m512 b1 = _mm512_maskz_loadu_ps(m1, b + p * ldb + 16);
+		const __m512 b0 = Full ? _mm512_loadu_ps(b + p * ldb) : _mm512_maskz_loadu_ps(m0, b + p * ldb);
+		const __m512 b1 = Full ? _mm512_loadu_ps(b + p * ldb + 16) : _mm512_maskz_loadu_ps(m1, b + p * ldb + 16);
 #pragma GCC unroll 8
 		for (int r = 0; r < R; ++r) {
 			const __m512 x = _mm512_set1_ps(a[r * a_row + p * a_col]);
@@ -116,20 +118,30 @@ inline void tile(const RowsProduct& t, int64_t j)
 	}
 }
 
+// Columns [j, j + 32) for any number of rows up to 8.
+template <bool Full>
+void tile_of_rows(const RowsProduct& t, int64_t j)
+{
+	switch (t.rows) {
+	case 8: tile<8, Full>(t, j); break;
+	case 7: tile<7, Full>(t, j); break;
+	case 6: tile<6, Full>(t, j); break;
+	case 5: tile<5, Full>(t, j); break;
+	case 4: tile<4, Full>(t, j); break;
+	case 3: tile<3, Full>(t, j); break;
+	case 2: tile<2, Full>(t, j); break;
+	default: tile<1, Full>(t, j); break;
+	}
+}
+
 // The whole product, 32 columns at a time.
 void rows_product(const RowsProduct& t)
 {
 	for (int64_t j = 0; j < t.cols; j += tile_cols) {
-		switch (t.rows) {
-		case 8: tile<8>(t, j); break;
-		case 7: tile<7>(t, j); break;
-		case 6: tile<6>(t, j); break;
-		case 5: tile<5>(t, j); break;
-		case 4: tile<4>(t, j); break;
-		case 3: tile<3>(t, j); break;
-		case 2: tile<2>(t, j); break;
-		default: tile<1>(t, j); break;
-		}
+		if (j + tile_cols <= t.cols)
+			tile_of_rows<true>(t, j);
+		else
+			tile_of_rows<false>(t, j);
 	}
 }
 
