@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 
@@ -285,6 +286,46 @@ TEST_CASE("local-sgd's first local_start steps sync after each one, then every H
 	const Run overlapped = train(world().comm(), options, inner("sgd"), 8);
 	CHECK(tower::test::max_relative_difference(overlapped.parameters, reference.parameters) <= 1e-6);
 	CHECK(overlapped.details["syncs"].get<int64_t>() == 8);
+}
+
+TEST_CASE("a checkpoint with a mean in flight, resumed into local_start's syncs, applies that mean once")
+{
+	// A runs under overlap (H = 3) and has the mean of the sync at step 3 pending after step 4. B
+	// loads A's state with a longer local_start, so its step 5 is a blocking sync; A's step 5
+	// followed by settle_replicas does the same work (the pending mean lands, each worker's moves
+	// carried onto it, then a blocking sync): both end on the same bits.
+	const Topology topology(world().comm(), std::nullopt);
+	constexpr int64_t n = 1000;
+	StrategyOptions o = local_sgd(3, "nesterov", 0.7f);
+	o.local_sgd.overlap = true;
+	const auto make = [&](Parameter& p, const StrategyOptions& options) {
+		p = Parameter{"x", Tensor::zeros({n}, DType::f32, Device{}), Tensor::zeros({n}, DType::f32, Device{}), Tensor{}};
+		return make_local_sgd_strategy(topology, Device{}, ParameterSet{{&p}}, inner("sgd"), options);
+	};
+	const auto step = [&](Strategy& strategy, Parameter& p) {
+		for (int64_t i = 0; i < n; ++i)
+			p.grad.data_as<float>()[i] = p.value.data_as<float>()[i] - static_cast<float>(centre(world().rank(), i));
+		StepRequest request;
+		request.lr = 0.1f;
+		strategy.step(request);
+	};
+	Parameter a_value, b_value;
+	auto a = make(a_value, o);
+	for (int s = 0; s < 4; ++s)
+		step(*a, a_value);
+	StrategyOptions longer = o;
+	longer.local_sgd.local_start = 10;
+	auto b = make(b_value, longer);
+	std::vector<NamedTensor> saved = a->variables(), loaded = b->variables();
+	for (NamedTensor& to : loaded)
+		for (const NamedTensor& from : saved)
+			if (from.name == to.name)
+				to.tensor.copy_from(from.tensor);
+	b->variables_restored();
+	step(*a, a_value);
+	a->settle_replicas();
+	step(*b, b_value);
+	CHECK(std::memcmp(a_value.value.data(), b_value.value.data(), n * sizeof(float)) == 0);
 }
 
 TEST_CASE("a non-finite inner gradient skips that worker's step alone; a non-finite pseudo-gradient skips the sync "

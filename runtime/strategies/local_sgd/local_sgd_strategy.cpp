@@ -205,13 +205,17 @@ void LocalSgdStrategy::use_synced_values(bool synced)
 		own_values_.clear();
 }
 
-// Without overlap, and under overlap when settling: the block's mean applied before the workers
-// go on, every worker restarting from the new anchor.
+// Without overlap, under overlap when settling and in the first local_start steps: the block's mean
+// applied before the workers go on, every worker restarting from the new anchor.
 void LocalSgdStrategy::sync(StepStats* stats)
 {
 	timeline::Span span("outer sync", "comm");
 	span.arg("step", steps());
 	const auto begin = SteadyClock::now();
+	// A mean still pending (a checkpoint resumed with a longer local_start) lands first: the
+	// pseudo-gradient below would overwrite it, and the pending flag would apply this one twice.
+	if (comm_thread_)
+		drain_pending();
 	compute_pseudo_gradient(anchor_values_.data_as<float>());
 	average_pseudo_gradient(0, count_);
 	apply_outer_step(stats);

@@ -35,7 +35,8 @@ inline constexpr int64_t overlap_piece_values = 256 * 1024;
 // the worker's own move over the block. A non-finite mean skips its outer step on every rank and
 // every worker restarts from the anchor (the block after it is lost too). With `outer_delay` D
 // the mean is waited for and applied D steps after its sync instead, the same way (each worker
-// keeps its D steps since on top, and its block starts over at the new anchor).
+// keeps its D steps since on top, and its block starts over at the new anchor; a non-finite mean
+// loses only those D steps of it, and the block's sync comes at its usual step).
 class LocalSgdStrategy final : public Strategy {
 public:
 	LocalSgdStrategy(const Topology& topology, const Device& device, const ParameterSet& parameters,
