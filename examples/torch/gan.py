@@ -10,7 +10,9 @@ betas are scaled by interval / (interval + 1) for the steps R1 takes.
 
 Every rank takes its share of the same global batch of real images and latents at each step, so a
 run gives the same result at any number of ranks, within rounding; --plain runs the same program
-in one process without tower (D_reg's torch optimizer given D's state object), the reference.
+in one process without tower (D_reg's torch optimizer given D's state object), the reference, and
+--plain --parts N takes each gradient as the mean over N equal parts of the batch, as N ranks do:
+the same sums in the same order, so N ranks end on its bits.
 
   PYTHONPATH=build/python mpirun -np 2 /usr/bin/python3 examples/torch/gan.py --steps 2000
 """
@@ -61,6 +63,21 @@ def r1_penalty(d, real):
     return gradient.square().sum(dim=1).mean()
 
 
+def backward_over(parts, loss_of, params):
+    """Each part's loss backward into the parameters' gradients, then their mean over the parts
+    (one part per rank: tower averages the ranks' gradients). Returns the mean loss."""
+    total = 0.0
+    for part in parts:
+        loss = loss_of(part)
+        loss.backward()
+        total += loss.item()
+    if len(parts) > 1:
+        for param in params:
+            if param.grad is not None:
+                param.grad.mul_(1.0 / len(parts))
+    return total / len(parts)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--steps", type=int, default=2000)
@@ -73,7 +90,11 @@ def main():
     p.add_argument("--log-every", type=int, default=100)
     p.add_argument("--data", default="/usr/share/datasets/fashion-mnist")
     p.add_argument("--plain", action="store_true", help="plain PyTorch in one process, without tower")
+    p.add_argument("--parts", type=int, default=1, help="with --plain: each gradient the mean over this many "
+                   "parts of the batch, as that many ranks compute it")
     args = p.parse_args()
+    if args.parts != 1 and (not args.plain or args.parts < 1 or args.batch % args.parts):
+        raise SystemExit(f"gan: --parts {args.parts} needs --plain and a part count that divides --batch")
 
     if not args.plain:
         hvd.init()
@@ -81,8 +102,10 @@ def main():
     rank, size = (0, 1) if args.plain else (hvd.rank(), hvd.size())
     if args.batch % size:
         raise SystemExit(f"gan: --batch {args.batch} does not split over {size} ranks")
-    per = args.batch // size
-    mine = slice(rank * per, (rank + 1) * per)
+    per = args.batch // size // args.parts
+    # This rank's share of the batch; under --plain --parts, every part in turn.
+    mine = [slice(k * per, (k + 1) * per) for k in range(args.parts)] if args.plain else \
+        [slice(rank * per, (rank + 1) * per)]
     images = fashion_mnist_images(args.data)
     g, d = networks(args.hidden, args.seed)
 
@@ -105,26 +128,23 @@ def main():
         g.requires_grad_(False)
         d.requires_grad_(True)
         z, real = global_batch(args, step, 0, images)
-        loss_d = F.softplus(d(g(z[mine]))).mean() + F.softplus(-d(real[mine])).mean()
         d_opt.zero_grad()
-        loss_d.backward()
+        totals["D"] += backward_over(mine, lambda s: F.softplus(d(g(z[s]))).mean() + F.softplus(-d(real[s])).mean(),
+                                     d.parameters())
         d_opt.step()
-        totals["D"] += loss_d.item()
         if step % args.r1_every == 0:
-            penalty = r1_penalty(d, real[mine])
             d_reg.zero_grad()
-            (penalty * (args.r1_gamma / 2) * args.r1_every).backward()
+            # (the weighted penalty's mean; its report is the penalty's)
+            weight = (args.r1_gamma / 2) * args.r1_every
+            totals["R1"] += backward_over(mine, lambda s: r1_penalty(d, real[s]) * weight, d.parameters()) / weight
             d_reg.step()
-            totals["R1"] += penalty.item()
         # G: its fakes scored high by D, which is fixed here (its parameters take no gradient).
         g.requires_grad_(True)
         d.requires_grad_(False)
         z, _ = global_batch(args, step, 1, images)
-        loss_g = F.softplus(-d(g(z[mine]))).mean()
         g_opt.zero_grad()
-        loss_g.backward()
+        totals["G"] += backward_over(mine, lambda s: F.softplus(-d(g(z[s]))).mean(), g.parameters())
         g_opt.step()
-        totals["G"] += loss_g.item()
         if (step + 1) % args.log_every == 0 or step + 1 == args.steps:
             mean = totals if args.plain else {k: hvd.allreduce(torch.tensor(v), name=f"loss {k}").item()
                                               for k, v in totals.items()}

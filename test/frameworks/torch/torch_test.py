@@ -64,17 +64,20 @@ for save, resumes in (((3, "replicated", 0), ((2, "parameter-server", 0), (2, "s
 
 # The StyleGAN2-style GAN (examples/torch/gan.py: R1 through autograd, D_reg sharing D's Adam state)
 # on the same global batches: tower at 1 rank is plain PyTorch's run bit for bit (both under mpirun,
-# whose binding decides torch's kernels), and 2 ranks end within 1e-6 of it after 40 steps.
+# whose binding decides torch's kernels), and 2 ranks are bit for bit plain PyTorch taking each
+# gradient as the mean over the batch's two halves (--parts 2: the same sums in the same order).
+# Against the one-part run they differ by rounding that 40 Adam steps of a GAN amplify: within
+# 2e-8 on one machine, 4e-4 on another, so no tolerance there would mean anything.
 gan_sums = {}
-for ranks, extra in ((1, ["--plain"]), (1, []), (2, [])):
+for ranks, extra in ((1, ("--plain",)), (1, ()), (2, ()), (1, ("--plain", "--parts", "2"))):
     r, seconds = launch(ranks, "../../../examples/torch/gan.py", "--steps", "40", "--log-every", "20", *extra)
     m = re.search(r"final parameter sums G (\S+) D (\S+)", r.stdout)
-    gan_sums[(ranks, bool(extra))] = (float(m.group(1)), float(m.group(2))) if r.returncode == 0 and m else None
-plain, one, two = gan_sums[(1, True)], gan_sums[(1, False)], gan_sums[(2, False)]
-passed = plain is not None and one == plain and two is not None and all(
-    abs(a - b) <= 1e-6 * abs(b) for a, b in zip(two, plain))
-print(f"gan example, 40 steps: plain PyTorch {plain}, tower at 1 rank {one}, at 2 ranks {two}: "
-      f"{'ok' if passed else 'FAILED'}")
+    gan_sums[(ranks, extra)] = (float(m.group(1)), float(m.group(2))) if r.returncode == 0 and m else None
+plain, one, two, halves = (gan_sums[(1, ("--plain",))], gan_sums[(1, ())], gan_sums[(2, ())],
+                           gan_sums[(1, ("--plain", "--parts", "2"))])
+passed = plain is not None and one == plain and halves is not None and two == halves
+print(f"gan example, 40 steps: plain PyTorch {plain}, tower at 1 rank {one}; plain PyTorch in two halves {halves}, "
+      f"tower at 2 ranks {two}: {'ok' if passed else 'FAILED'}")
 if not passed:
     failures.append(f"gan example: {gan_sums}\n{r.stdout}\n{r.stderr}")
 
