@@ -30,24 +30,14 @@ import os
 import sys
 import time
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peer_torch_gpt import Gpt, add_job_arguments  # noqa: E402
+from peer_torch_gpt import Gpt, add_job_arguments, corpus_bytes  # noqa: E402
 
 WARMUP_STEPS = 3
-
-
-def corpus_bytes(path):
-    files = []
-    for root, _, names in os.walk(path):
-        files += [os.path.join(root, n) for n in names if not n.endswith(".dat")
-                  and not os.path.islink(os.path.join(root, n))]
-    data = b"".join(open(f, "rb").read() + b"\n" for f in sorted(files))
-    return torch.from_numpy(np.frombuffer(data, dtype=np.uint8).astype(np.int64))
 
 
 def wrap_tower(model, args, optimizer_args):
