@@ -94,7 +94,7 @@ def port(rank):
 
 
 def add_job_arguments(p):
-    """The job both GPT peers take: windows per step, steps, the model's shape and AdamW's rate."""
+    """The job both GPT peers take: windows per step, steps, the model's shape, AdamW's rate and the text."""
     p.add_argument("--batch", type=int, default=8, help="windows per rank per step")
     p.add_argument("--steps", type=int, default=30, help="timed steps (after 3 warm-up steps)")
     p.add_argument("--layers", type=int, default=4)
@@ -102,17 +102,22 @@ def add_job_arguments(p):
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--context", type=int, default=128)
     p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--data", default="/usr/share/games/fortunes")
+
+
+def start_rank():
+    """This rank and the world's size under mpirun; one torch thread per rank (each bound to its
+    core) and the seed every rank's model starts from."""
+    torch.set_num_threads(1)
+    torch.manual_seed(1)
+    return int(os.environ.get("OMPI_COMM_WORLD_RANK", "0")), int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_job_arguments(p)
-    p.add_argument("--data", default="/usr/share/games/fortunes")
     args = p.parse_args()
-    rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
-    world = int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))
-    torch.set_num_threads(1)
-    torch.manual_seed(1)
+    rank, world = start_rank()
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port(rank)}", rank=rank, world_size=world)
     text = corpus(args.data)
     model = DistributedDataParallel(Gpt(args.layers, args.width, args.heads, args.context))

@@ -35,7 +35,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peer_torch_gpt import Gpt, add_job_arguments, corpus_bytes  # noqa: E402
+from peer_torch_gpt import Gpt, add_job_arguments, corpus_bytes, start_rank  # noqa: E402
 
 WARMUP_STEPS = 3
 
@@ -126,12 +126,8 @@ def main():
     p.add_argument("--total-steps", type=int, default=0, help="warm-up and cosine decay over this many steps (0: constant)")
     p.add_argument("--warmup-steps", type=int, default=40)
     p.add_argument("--min-lr", type=float, default=1e-4)
-    p.add_argument("--data", default="/usr/share/games/fortunes")
     args = p.parse_args()
-    rank = int(os.environ.get("OMPI_COMM_WORLD_RANK", "0"))
-    world = int(os.environ.get("OMPI_COMM_WORLD_SIZE", "1"))
-    torch.set_num_threads(1)
-    torch.manual_seed(1)
+    rank, world = start_rank()
     tower = args.form.startswith("tower")
     if tower:
         import tower.torch as hvd
