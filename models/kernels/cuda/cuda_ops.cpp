@@ -140,17 +140,33 @@ void CudaOps::gemm_strided_batched(Transpose ta, Transpose tb, float alpha, cons
 		return static_cast<char*>(v.tensor.data()) + static_cast<size_t>(v.offset) * dtype_size(v.tensor.dtype());
 	};
 	const cudaDataType_t type = cublas_type(c.tensor.dtype());
-	const size_t elem = dtype_size(c.tensor.dtype());
-	// cuBLAS strides one level of batch: one call per group.
-	for (int64_t g = 0; g < c.groups; ++g) {
-		const auto at = [&](const MatrixBatch& v) { return first(v) + static_cast<size_t>(g * v.group_stride) * elem; };
+	if (c.groups == 1) {
 		check_cublas(cublasGemmStridedBatchedEx(blas(), flag(tb), flag(ta), static_cast<int>(d.n),
-							static_cast<int>(d.m), static_cast<int>(d.k), &alpha, at(b), type,
-							static_cast<int>(b.ld), b.stride, at(a), type, static_cast<int>(a.ld),
-							a.stride, &beta, at(c), type, static_cast<int>(c.ld), c.stride,
+							static_cast<int>(d.m), static_cast<int>(d.k), &alpha, first(b), type,
+							static_cast<int>(b.ld), b.stride, first(a), type, static_cast<int>(a.ld),
+							a.stride, &beta, first(c), type, static_cast<int>(c.ld), c.stride,
 							static_cast<int>(c.batch), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
 			     "cublasGemmStridedBatchedEx");
+		return;
 	}
+	// cuBLAS strides one level of batch. Heads inside rows have two (sequence, then head): a call
+	// per sequence cost a launch per sequence and product (thousands per GPT step at 64 windows),
+	// so the matrices' addresses are written on the GPU and one call takes them all.
+	const int64_t items = c.groups * c.batch;
+	if (batch_pointers_.numel() < 3 * items)
+		batch_pointers_ = Tensor::empty({3 * items}, DType::i64, device_);
+	const auto operand = [&](const MatrixBatch& v) {
+		return cuda::StridedOperand{first(v), v.stride, v.group_stride,
+					    static_cast<int64_t>(dtype_size(v.tensor.dtype()))};
+	};
+	cuda::batch_pointers({{operand(a), operand(b), operand(c)}}, c.batch, c.groups, static_cast<void**>(batch_pointers_.data()));
+	void** pointers = static_cast<void**>(batch_pointers_.data());
+	check_cublas(cublasGemmBatchedEx(blas(), flag(tb), flag(ta), static_cast<int>(d.n), static_cast<int>(d.m),
+					 static_cast<int>(d.k), &alpha, pointers + items, type, static_cast<int>(b.ld),
+					 pointers, type, static_cast<int>(a.ld), &beta, pointers + 2 * items, type,
+					 static_cast<int>(c.ld), static_cast<int>(items), CUBLAS_COMPUTE_32F,
+					 CUBLAS_GEMM_DEFAULT),
+		     "cublasGemmBatchedEx");
 }
 
 void CudaOps::fill(const Tensor& x, float value) const

@@ -69,6 +69,8 @@ private:
 	mutable Tensor xent_rows_;
 	// The bias gradient's per-block partial sums, grown to the most channels seen.
 	mutable Tensor bias_partials_;
+	// The three pointer arrays of a batched product over grouped views, grown to the most seen.
+	mutable Tensor batch_pointers_;
 	Tensor xent_results_;
 	// Per-block partial sums and the total of sum_of_squares.
 	Tensor square_partials_;

@@ -57,6 +57,20 @@ void causal_softmax_backward(DType t, const void* probs, const void* dprobs, flo
 			     int64_t time);
 void permute_heads(DType t, void* rows, int64_t width, int64_t offset, void* heads, int64_t batch, int64_t head_count,
 		   int64_t time, int64_t head_dim, bool to_heads);
+// One operand of a batched product: matrix (g, i) starts at base + (g * group_stride + i * stride)
+// elements of element_bytes each.
+struct StridedOperand {
+	void* base = nullptr;
+	int64_t stride = 0;
+	int64_t group_stride = 0;
+	int64_t element_bytes = 0;
+};
+struct BatchOperands {
+	StridedOperand operand[3];
+};
+// pointers[v * batch * groups + g * batch + i] = the start of matrix (g, i) of operand v, for
+// cublasGemmBatchedEx (batch_pointers.cu).
+void batch_pointers(const BatchOperands& operands, int64_t batch, int64_t groups, void** pointers);
 void split_windows(const int32_t* windows, int32_t* inputs, int32_t* targets, int64_t batch, int64_t time);
 // A token outside [0, vocab) reads as a zero row (the CPU backend throws instead).
 void embedding_forward(DType t, const int32_t* tokens, const void* table, void* out, int64_t n, int64_t vocab,
