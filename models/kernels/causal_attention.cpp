@@ -11,17 +11,18 @@ namespace tower {
 
 namespace {
 
-// Calls body(first, count) for each block of [0, t).
+// Calls body(first, count) for each block of `block` positions of [0, t).
 template <class Body>
-void for_each_block(int64_t t, Body&& body)
+void for_each_block(int64_t t, int64_t block, Body&& body)
 {
-	for (int64_t first = 0; first < t; first += causal_block_positions)
-		body(first, std::min(causal_block_positions, t - first));
+	for (int64_t first = 0; first < t; first += block)
+		body(first, std::min(block, t - first));
 }
 
-// One layer's attention: B sequences of T positions, heads of width D side by side in rows.
+// One layer's attention: B sequences of T positions, heads of width D side by side in rows, taken
+// by blocks of `block` positions.
 struct Blocks {
-	int64_t batch, time, heads, d;
+	int64_t batch, time, heads, d, block;
 
 	// The heads of rows [B * T, W'] from column col0 on, one matrix [T, D] per sequence and head,
 	// in the order of the scores' items (sequence-major).
@@ -41,7 +42,7 @@ struct Blocks {
 void scores_forward(const Ops& ops, const Blocks& s, const Tensor& qkv, const Tensor& scores)
 {
 	const MatrixBatch q = s.heads_of(qkv, 0), k = s.heads_of(qkv, s.heads * s.d);
-	for_each_block(s.time, [&](int64_t r0, int64_t rows) {
+	for_each_block(s.time, s.block, [&](int64_t r0, int64_t rows) {
 		ops.gemm_strided_batched(Transpose::no, Transpose::yes, 1.0f, q.row_range(r0, rows), k.row_range(0, r0 + rows),
 					 0.0f, s.scores_block(scores, r0, rows, 0, r0 + rows));
 	});
@@ -51,7 +52,7 @@ void scores_forward(const Ops& ops, const Blocks& s, const Tensor& qkv, const Te
 void values_forward(const Ops& ops, const Blocks& s, const Tensor& qkv, const Tensor& probs, const Tensor& y)
 {
 	const MatrixBatch v = s.heads_of(qkv, 2 * s.heads * s.d), yh = s.heads_of(y, 0);
-	for_each_block(s.time, [&](int64_t r0, int64_t rows) {
+	for_each_block(s.time, s.block, [&](int64_t r0, int64_t rows) {
 		ops.gemm_strided_batched(Transpose::no, Transpose::no, 1.0f, s.scores_block(probs, r0, rows, 0, r0 + rows),
 					 v.row_range(0, r0 + rows), 0.0f, yh.row_range(r0, rows));
 	});
@@ -64,7 +65,7 @@ void values_backward(const Ops& ops, const Blocks& s, const Tensor& qkv, const T
 {
 	const int64_t width = s.heads * s.d;
 	const MatrixBatch v = s.heads_of(qkv, 2 * width), dyh = s.heads_of(dy, 0), dv = s.heads_of(dqkv, 2 * width);
-	for_each_block(s.time, [&](int64_t r0, int64_t rows) {
+	for_each_block(s.time, s.block, [&](int64_t r0, int64_t rows) {
 		ops.gemm_strided_batched(Transpose::no, Transpose::yes, 1.0f, dyh.row_range(r0, rows),
 					 v.row_range(0, r0 + rows), 0.0f, s.scores_block(dprobs, r0, rows, 0, r0 + rows));
 		ops.gemm_strided_batched(Transpose::yes, Transpose::no, 1.0f,
@@ -79,7 +80,7 @@ void scores_backward(const Ops& ops, const Blocks& s, const Tensor& qkv, const T
 	const int64_t width = s.heads * s.d;
 	const MatrixBatch q = s.heads_of(qkv, 0), k = s.heads_of(qkv, width);
 	const MatrixBatch dq = s.heads_of(dqkv, 0), dk = s.heads_of(dqkv, width);
-	for_each_block(s.time, [&](int64_t r0, int64_t rows) {
+	for_each_block(s.time, s.block, [&](int64_t r0, int64_t rows) {
 		ops.gemm_strided_batched(Transpose::no, Transpose::no, 1.0f, s.scores_block(dscores, r0, rows, 0, r0 + rows),
 					 k.row_range(0, r0 + rows), 0.0f, dq.row_range(r0, rows));
 		ops.gemm_strided_batched(Transpose::yes, Transpose::no, 1.0f,
@@ -90,10 +91,10 @@ void scores_backward(const Ops& ops, const Blocks& s, const Tensor& qkv, const T
 
 } // namespace
 
-double causal_block_share(int64_t t)
+double causal_block_share(int64_t t, int64_t block)
 {
 	double computed = 0.0;
-	for_each_block(t, [&](int64_t first, int64_t count) {
+	for_each_block(t, block, [&](int64_t first, int64_t count) {
 		computed += static_cast<double>(count) * static_cast<double>(first + count);
 	});
 	return t > 0 ? computed / (static_cast<double>(t) * static_cast<double>(t)) : 0.0;
@@ -104,7 +105,7 @@ void Ops::causal_attention_forward(const Tensor& qkv, int64_t batch, int64_t hea
 {
 	const AttentionDims a = check_causal_attention(qkv, batch, heads, probs, y);
 	check_causal_softmax(scores, probs);
-	const Blocks s{batch, a.time, heads, a.d};
+	const Blocks s{batch, a.time, heads, a.d, causal_attention_block()};
 	scores_forward(*this, s, qkv, scores);
 	// Scaled by 1/sqrt(D) inside the softmax, which reads no score past a query's position and
 	// gives those keys 0.
@@ -120,7 +121,7 @@ void Ops::causal_attention_backward(const Tensor& qkv, const Tensor& probs, cons
 	expect_same_dtype(qkv, dqkv, "causal attention backward");
 	TOWER_CHECK(dqkv.shape() == qkv.shape(), "attention's qkv gradient {} is not qkv's shape {}",
 		    shape_text(dqkv.shape()), shape_text(qkv.shape()));
-	const Blocks s{batch, a.time, heads, a.d};
+	const Blocks s{batch, a.time, heads, a.d, causal_attention_block()};
 	// y = P V: dP = dY V^T and dV = P^T dY; through the softmax in place (it reads no dP past a
 	// query's position and writes 0 there); then S = Q K^T: dQ = dS K and dK = dS^T Q. Every
 	// head's dq, dk and dv is written in place into the rows of dqkv, which the blocks cover whole.

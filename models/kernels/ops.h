@@ -68,12 +68,13 @@ MatrixBatch rows_of(const Tensor& t, int64_t row0, int64_t rows);
 // side by side in each row (matrix (b, h) is rows b * T .. b * T + T - 1, columns col0 + h * D ..).
 MatrixBatch heads_in_rows(const Tensor& rows, int64_t sequences, int64_t col0, int64_t heads, int64_t d);
 
-// The default attention goes by blocks of this many positions: block i of queries sees the keys
-// of blocks 0..i only, so at T = 128 its products cover 5/8 of the T x T square.
+// The default attention goes by blocks of positions: block i of queries sees the keys of blocks
+// 0..i only, so at blocks of 32 and T = 128 its products cover 5/8 of the T x T square. Blocks of
+// 32 on the CPU; a backend may choose larger ones (Ops::causal_attention_block).
 constexpr int64_t causal_block_positions = 32;
 
-// The share of the T x T products those blocks compute at context t.
-double causal_block_share(int64_t t);
+// The share of the T x T products blocks of `block` positions compute at context t.
+double causal_block_share(int64_t t, int64_t block = causal_block_positions);
 
 struct XentResult {
 	float loss = 0.0f;   // mean over the batch
@@ -202,7 +203,7 @@ public:
 	// [B * T, W] receives softmax(q k^T / sqrt(D), causal) v of each head; probs [B * heads, T, T]
 	// keeps the probabilities for the backward pass (0 above the diagonal) and scores [B * heads, T, T] is room for the scores. By default
 	// (causal_attention.cpp, what CUDA and 16-bit types run) strided products by blocks of
-	// causal_block_positions and the causal softmax ops; the CPU runs f32 on kernels of its own
+	// causal_attention_block() positions and the causal softmax ops; the CPU runs f32 on kernels of its own
 	// (cpu/attention_f32.cpp) where GCC built them for x86-64, the CPU has AVX-512 and
 	// the rank runs one thread.
 	virtual void causal_attention_forward(const Tensor& qkv, int64_t batch, int64_t heads, const Tensor& scores,
@@ -211,6 +212,9 @@ public:
 	// probs; dprobs [B * heads, T, T] is room for the probabilities' gradient.
 	virtual void causal_attention_backward(const Tensor& qkv, const Tensor& probs, const Tensor& dy, int64_t batch,
 					       int64_t heads, const Tensor& dprobs, const Tensor& dqkv) const;
+	// The positions per block of the default attention above: more blocks skip more of the masked
+	// half, and cost more products.
+	virtual int64_t causal_attention_block() const { return causal_block_positions; }
 	// Whether the two above use their scores and dprobs room for this type: where they do not
 	// (the CPU's own f32 kernels keep one head's in cache), the caller may pass empty tensors.
 	virtual bool causal_attention_uses_room(DType /*type*/) const { return true; }

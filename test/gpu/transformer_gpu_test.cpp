@@ -110,6 +110,13 @@ TEST_CASE("the GPT's loss and gradients on the GPU equal the CPU's in f32")
 	compare_gpt(DType::f32, 1e-5, 1e-4);
 }
 
+TEST_CASE("the GPT in f32 at a context past one of the GPU's attention blocks")
+{
+	// Two blocks, the second partial: the GPU's products skip the masked block there.
+	const int64_t context = ops_for(gpu()).causal_attention_block() + 16;
+	compare_gpt(DType::f32, 1e-5, 1e-4, context, 2);
+}
+
 TEST_CASE("the GPT in bf16 on the GPU stays within bf16's tolerance of the f32 CPU")
 {
 	// The CPU comparison with PyTorch float64 measured 8e-3 for bf16 (test/models/gpt/).
