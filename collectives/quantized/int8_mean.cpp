@@ -51,9 +51,28 @@ void add_dequantized_int8_blocks(const int8_t* steps, const float* scales, int64
 	}
 }
 
+namespace {
+
+// The values and blocks a rank owns in the sharded mean: whole blocks, as even as they allow.
+struct Shard {
+	int64_t first_block, end_block, first, end;
+	int64_t blocks() const { return end_block - first_block; }
+	int64_t values() const { return end - first; }
+};
+
+Shard shard_of(int rank, int ranks, int64_t count, int64_t blocks)
+{
+	const int64_t first_block = blocks * rank / ranks, end_block = blocks * (rank + 1) / ranks;
+	return {first_block, end_block, std::min(count, first_block * int8_block_values),
+		std::min(count, end_block * int8_block_values)};
+}
+
+} // namespace
+
 Int8Mean::Int8Mean(MPI_Comm comm) : comm_(duplicate_comm(comm))
 {
 	TOWER_MPI(MPI_Comm_size(comm_.get(), &size_));
+	TOWER_MPI(MPI_Comm_rank(comm_.get(), &rank_));
 }
 
 void Int8Mean::run(float* values, int64_t count)
@@ -63,9 +82,17 @@ void Int8Mean::run(float* values, int64_t count)
 	const int64_t blocks = int8_blocks_of(count);
 	mine_steps_.resize(static_cast<size_t>(count));
 	mine_scales_.resize(static_cast<size_t>(blocks));
+	quantize_int8_blocks(values, count, mine_steps_.data(), mine_scales_.data());
+	if (size_ <= gather_ranks)
+		gather_mean(values, count, blocks);
+	else
+		sharded_mean(values, count, blocks);
+}
+
+void Int8Mean::gather_mean(float* values, int64_t count, int64_t blocks)
+{
 	all_steps_.resize(static_cast<size_t>(count * size_));
 	all_scales_.resize(static_cast<size_t>(blocks * size_));
-	quantize_int8_blocks(values, count, mine_steps_.data(), mine_scales_.data());
 	MPI_Request requests[2];
 	TOWER_MPI(MPI_Iallgather(mine_steps_.data(), static_cast<int>(count), MPI_INT8_T, all_steps_.data(),
 				 static_cast<int>(count), MPI_INT8_T, comm_.get(), &requests[0]));
@@ -80,6 +107,57 @@ void Int8Mean::run(float* values, int64_t count)
 	const float inverse = 1.0f / static_cast<float>(size_);
 	for (int64_t i = 0; i < count; ++i)
 		values[i] *= inverse;
+}
+
+void Int8Mean::sharded_mean(float* values, int64_t count, int64_t blocks)
+{
+	// Where each rank's shard lies, in values and in blocks (MPI counts: count fits an int).
+	const size_t n = static_cast<size_t>(size_);
+	std::vector<int> value_counts(n), value_starts(n), block_counts(n), block_starts(n);
+	for (int r = 0; r < size_; ++r) {
+		const Shard s = shard_of(r, size_, count, blocks);
+		value_counts[r] = static_cast<int>(s.values()), value_starts[r] = static_cast<int>(s.first);
+		block_counts[r] = static_cast<int>(s.blocks()), block_starts[r] = static_cast<int>(s.first_block);
+	}
+	const Shard own = shard_of(rank_, size_, count, blocks);
+	const int own_values = static_cast<int>(own.values()), own_blocks = static_cast<int>(own.blocks());
+	// Every rank's blocks of this rank's shard, rank after rank.
+	shard_steps_.resize(n * static_cast<size_t>(own_values));
+	shard_scales_.resize(n * static_cast<size_t>(own_blocks));
+	std::vector<int> from_values(n, own_values), from_value_starts(n), from_blocks(n, own_blocks), from_block_starts(n);
+	for (int r = 0; r < size_; ++r)
+		from_value_starts[r] = r * own_values, from_block_starts[r] = r * own_blocks;
+	MPI_Request requests[2];
+	TOWER_MPI(MPI_Ialltoallv(mine_steps_.data(), value_counts.data(), value_starts.data(), MPI_INT8_T,
+				 shard_steps_.data(), from_values.data(), from_value_starts.data(), MPI_INT8_T, comm_.get(),
+				 &requests[0]));
+	TOWER_MPI(MPI_Ialltoallv(mine_scales_.data(), block_counts.data(), block_starts.data(), MPI_FLOAT,
+				 shard_scales_.data(), from_blocks.data(), from_block_starts.data(), MPI_FLOAT, comm_.get(),
+				 &requests[1]));
+	wait_request(requests[0], {"int8 all-to-all", comm_.get()});
+	wait_request(requests[1], {"int8 all-to-all", comm_.get()});
+	// The shard's mean, summed in rank order from zero, and quantized again: the shard starts on a
+	// block boundary, so its blocks are the whole vector's.
+	shard_mean_.assign(static_cast<size_t>(own_values), 0.0f);
+	for (int r = 0; r < size_; ++r)
+		add_dequantized_int8_blocks(shard_steps_.data() + r * own_values, shard_scales_.data() + r * own_blocks,
+					    own_values, shard_mean_.data());
+	const float inverse = 1.0f / static_cast<float>(size_);
+	for (float& v : shard_mean_)
+		v *= inverse;
+	quantize_int8_blocks(shard_mean_.data(), own_values, mine_steps_.data() + own.first,
+			     mine_scales_.data() + own.first_block);
+	// Every shard's mean to every rank, in place: shard r lands where its values lie.
+	all_steps_.resize(static_cast<size_t>(count));
+	all_scales_.resize(static_cast<size_t>(blocks));
+	TOWER_MPI(MPI_Iallgatherv(mine_steps_.data() + own.first, own_values, MPI_INT8_T, all_steps_.data(),
+				  value_counts.data(), value_starts.data(), MPI_INT8_T, comm_.get(), &requests[0]));
+	TOWER_MPI(MPI_Iallgatherv(mine_scales_.data() + own.first_block, own_blocks, MPI_FLOAT, all_scales_.data(),
+				  block_counts.data(), block_starts.data(), MPI_FLOAT, comm_.get(), &requests[1]));
+	wait_request(requests[0], {"int8 all-gather", comm_.get()});
+	wait_request(requests[1], {"int8 all-gather", comm_.get()});
+	std::fill_n(values, count, 0.0f);
+	add_dequantized_int8_blocks(all_steps_.data(), all_scales_.data(), count, values);
 }
 
 } // namespace tower

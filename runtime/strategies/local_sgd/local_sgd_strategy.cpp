@@ -482,7 +482,8 @@ StrategyDescription LocalSgdStrategy::describe() const
 	StrategyDescription f;
 	f.name = "local-sgd";
 	const std::string mode = all_reduce_ ? std::string(all_reduce_mode_name(all_reduce_->mode())) + " all-reduce"
-					     : std::string("all-gather");
+				 : int8_->size() <= Int8Mean::gather_ranks ? std::string("all-gather")
+									   : std::string("all-to-all and all-gather");
 	f.transport = fmt::format("{} of the pseudo-gradient in {} every {} steps{}", mode,
 				  compression_name(options_.compress), options_.sync_every,
 				  options_.overlap ? ", during the next steps" : "");
