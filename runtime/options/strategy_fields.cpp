@@ -255,8 +255,8 @@ std::vector<Row> local_sgd_rows()
 	return {
 		with(number_field<StrategyOptions, int64_t>("sync_every", "local-sgd: H, each worker's inner steps between "
 				"syncs", own(&L::sync_every), FieldRange::positive), local_sgd, true),
-		with(number_field<StrategyOptions, int64_t>("local_start", "local-sgd: the first steps sync after every "
-				"step, then every `sync_every` (post-local SGD; 0: local from the first step)",
+		with(number_field<StrategyOptions, int64_t>("local_start", "local-sgd: the first steps average the "
+				"gradients (replicated steps), then every `sync_every` sync (post-local SGD; 0: local from the first step)",
 				own(&L::local_start), FieldRange::non_negative), local_sgd, true),
 		with(choice_field<StrategyOptions>("outer_optimizer", "local-sgd: the outer optimizer, nesterov (DiLoCo) or "
 				"sgd (at `outer_lr` 1: plain averaging)", own(&L::outer_optimizer), {"nesterov", "sgd"}),

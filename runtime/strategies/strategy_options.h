@@ -46,7 +46,7 @@ enum class OuterCompression { none, bf16, int8 };
 // defaults are DiLoCo's outer optimizer; H fits tower's runs (docs/slow-links.md says why).
 struct LocalSgdOptions {
 	int64_t sync_every = 50;                   // H: inner steps of each worker between syncs
-	int64_t local_start = 0;                   // steps that sync after every step before H applies
+	int64_t local_start = 0;                   // replicated steps (gradients averaged) before H applies
 	std::string outer_optimizer = "nesterov";  // sgd (rate 1: plain averaging) or nesterov
 	float outer_lr = 0.7f;
 	float outer_momentum = 0.9f;               // nesterov only

@@ -1,6 +1,6 @@
 // The local-sgd strategy: H = 1 with outer SGD at rate 1 is the replicated strategy, H > 1 at one
 // worker is plain training, its rule with and without overlap against a float64 simulation, the
-// workers agree at every sync, the first local_start steps sync after each one, a non-finite inner
+// workers agree at every sync, the first local_start steps average the gradients, a non-finite inner
 // step or pseudo-gradient is skipped where the rules say, and its option errors.
 #include <doctest/doctest.h>
 
@@ -268,32 +268,33 @@ TEST_CASE("local-sgd's workers hold the same model right after every sync, and d
 	CHECK(run.details["outer_optimizer"] == "nesterov");
 }
 
-TEST_CASE("local-sgd's first local_start steps sync after each one, then every H steps")
+TEST_CASE("local-sgd's first local_start steps average the gradients, then every H steps sync")
 {
-	// Synced after every step with outer SGD at rate 1 and a linear inner rule, the first steps
-	// are replicated (mean) steps, as with H = 1.
+	// The warm-up averages the gradients, so its steps are replicated (mean) steps under any inner
+	// rule: AdamW here, whose steps each worker took on its own gradient and then averaged would not be.
 	StrategyOptions options = local_sgd(5);
 	options.local_sgd.local_start = 8;
-	const Run reference = train(world().comm(), StrategyOptions{}, inner("sgd"), 8);
-	const Run first = train(world().comm(), options, inner("sgd"), 8);
+	const Run reference = train(world().comm(), StrategyOptions{}, inner("adamw"), 8);
+	const Run first = train(world().comm(), options, inner("adamw"), 8);
 	CHECK(tower::test::max_relative_difference(first.parameters, reference.parameters) <= 1e-6);
 	CHECK(first.details["syncs"].get<int64_t>() == 8);
-	const Run longer = train(world().comm(), options, inner("sgd"), 18);
+	const Run longer = train(world().comm(), options, inner("adamw"), 18);
 	CHECK(longer.details["syncs"].get<int64_t>() == 10); // steps 1 to 8, then 13 and 18
 	CHECK(longer.details["local_start"].get<int64_t>() == 8);
-	// Under overlap too: those syncs block (a mean a step late would leave the workers apart).
+	// Under overlap too: those all-reduces block (a mean a step late would leave the workers apart).
 	options.local_sgd.overlap = true;
-	const Run overlapped = train(world().comm(), options, inner("sgd"), 8);
+	const Run overlapped = train(world().comm(), options, inner("adamw"), 8);
 	CHECK(tower::test::max_relative_difference(overlapped.parameters, reference.parameters) <= 1e-6);
 	CHECK(overlapped.details["syncs"].get<int64_t>() == 8);
 }
 
-TEST_CASE("a checkpoint with a mean in flight, resumed into local_start's syncs, applies that mean once")
+TEST_CASE("a checkpoint with a mean in flight, resumed into the warm-up, lands that mean once as it loads")
 {
 	// A runs under overlap (H = 3) and has the mean of the sync at step 3 pending after step 4. B
-	// loads A's state with a longer local_start, so its step 5 is a blocking sync; A's step 5
-	// followed by settle_replicas does the same work (the pending mean lands, each worker's moves
-	// carried onto it, then a blocking sync): both end on the same bits.
+	// loads A's state with a longer local_start, so its step 5 is a warm-up step, whose workers
+	// must meet first, as it loads: the pending mean lands, each worker's moves carried onto it,
+	// then a blocking sync. C loads A's state after A's settle_replicas, which does that same
+	// work, and takes the same warm-up step: both end on the same bits.
 	const Topology topology(world().comm(), std::nullopt);
 	constexpr int64_t n = 1000;
 	StrategyOptions o = local_sgd(3, "nesterov", 0.7f);
@@ -309,23 +310,28 @@ TEST_CASE("a checkpoint with a mean in flight, resumed into local_start's syncs,
 		request.lr = 0.1f;
 		strategy.step(request);
 	};
-	Parameter a_value, b_value;
+	const auto load = [](Strategy& to_strategy, const std::vector<NamedTensor>& saved) {
+		std::vector<NamedTensor> loaded = to_strategy.variables();
+		for (NamedTensor& to : loaded)
+			for (const NamedTensor& from : saved)
+				if (from.name == to.name)
+					to.tensor.copy_from(from.tensor);
+		to_strategy.variables_restored();
+	};
+	Parameter a_value, b_value, c_value;
 	auto a = make(a_value, o);
 	for (int s = 0; s < 4; ++s)
 		step(*a, a_value);
 	StrategyOptions longer = o;
 	longer.local_sgd.local_start = 10;
 	auto b = make(b_value, longer);
-	std::vector<NamedTensor> saved = a->variables(), loaded = b->variables();
-	for (NamedTensor& to : loaded)
-		for (const NamedTensor& from : saved)
-			if (from.name == to.name)
-				to.tensor.copy_from(from.tensor);
-	b->variables_restored();
-	step(*a, a_value);
+	load(*b, a->variables());
 	a->settle_replicas();
+	auto c = make(c_value, longer);
+	load(*c, a->variables());
 	step(*b, b_value);
-	CHECK(std::memcmp(a_value.value.data(), b_value.value.data(), n * sizeof(float)) == 0);
+	step(*c, c_value);
+	CHECK(std::memcmp(b_value.value.data(), c_value.value.data(), n * sizeof(float)) == 0);
 }
 
 TEST_CASE("a non-finite inner gradient skips that worker's step alone; a non-finite pseudo-gradient skips the sync "

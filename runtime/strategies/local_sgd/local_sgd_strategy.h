@@ -60,7 +60,8 @@ public:
 	std::vector<NamedTensor> variables() override;
 	bool saves_variables() const override { return true; }
 	// Collective: the shared state from rank 0; every worker's own state where the checkpoint had
-	// the same workers, else every worker restarts from the anchor with fresh inner state.
+	// the same workers, else every worker restarts from the anchor with fresh inner state. Resumed
+	// into the warm-up with the workers apart, they sync once here.
 	void variables_restored() override;
 	// Collective: the anchor, equal on every rank (without overlap the parameters too, right after
 	// a sync).
@@ -69,6 +70,9 @@ public:
 	StrategyDescription describe() const override;
 
 private:
+	StepStats warm_up_step(const StepRequest& request, const std::vector<Tensor>& grads, StepStats stats);
+	void copy_gradients(const std::vector<Tensor>& grads, bool in);
+	void restore_state();
 	void sync(StepStats* stats);
 	void overlapped_sync(StepStats* stats);
 	// Waits for the all-reduce in flight and applies its outer step; false where the mean was
