@@ -121,6 +121,10 @@ void Int8Mean::sharded_mean(float* values, int64_t count, int64_t blocks)
 	}
 	const Shard own = shard_of(rank_, size_, count, blocks);
 	const int own_values = static_cast<int>(own.values()), own_blocks = static_cast<int>(own.blocks());
+	// Every rank's blocks of this shard, side by side, are addressed by ints too.
+	TOWER_CHECK(own.values() * size_ <= std::numeric_limits<int>::max(),
+		    "an int8 exchange of {} values over {} ranks: a shard's values from every rank pass an MPI count ({}); "
+		    "send fewer values at a time", count, size_, std::numeric_limits<int>::max());
 	// Every rank's blocks of this rank's shard, rank after rank.
 	shard_steps_.resize(n * static_cast<size_t>(own_values));
 	shard_scales_.resize(n * static_cast<size_t>(own_blocks));

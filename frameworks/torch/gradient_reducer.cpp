@@ -404,7 +404,8 @@ ReduceResult GradientReducer::synchronize(float lr)
 			pass_.on_ready(parameters_[i]);
 	}
 	const StepStats stats = optimizer.step(lr);
-	// local-sgd's steps send nothing between syncs: an unused parameter steps on its zeros.
+	// Under local-sgd tower's rule applies the update (its warm-up averages the gradients inside
+	// the strategy): an unused parameter steps on its zeros.
 	if (!local_)
 		restore_unused(flags);
 	ReduceResult result;

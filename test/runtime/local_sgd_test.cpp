@@ -288,20 +288,23 @@ TEST_CASE("local-sgd's first local_start steps average the gradients, then every
 	CHECK(overlapped.details["syncs"].get<int64_t>() == 8);
 }
 
-TEST_CASE("a checkpoint with a mean in flight, resumed into the warm-up, lands that mean once as it loads")
+namespace {
+
+// A runs under overlap (H = 3, outer Nesterov) for `a_steps` steps with inner rule `rule`. B loads
+// A's state with a longer local_start, so that its next step is a warm-up step: its workers must
+// settle as it loads (a mean in flight lands once, each worker's moves carried onto it, then a
+// blocking sync where they are still apart) and take the same inner state. C loads A's state
+// after A's settle_replicas, which does that same settling, and takes the same warm-up step: B and
+// C end on the same bits, and every rank on the same values.
+void resume_into_warm_up(int a_steps, const char* rule)
 {
-	// A runs under overlap (H = 3) and has the mean of the sync at step 3 pending after step 4. B
-	// loads A's state with a longer local_start, so its step 5 is a warm-up step, whose workers
-	// must meet first, as it loads: the pending mean lands, each worker's moves carried onto it,
-	// then a blocking sync. C loads A's state after A's settle_replicas, which does that same
-	// work, and takes the same warm-up step: both end on the same bits.
 	const Topology topology(world().comm(), std::nullopt);
 	constexpr int64_t n = 1000;
 	StrategyOptions o = local_sgd(3, "nesterov", 0.7f);
 	o.local_sgd.overlap = true;
 	const auto make = [&](Parameter& p, const StrategyOptions& options) {
 		p = Parameter{"x", Tensor::zeros({n}, DType::f32, Device{}), Tensor::zeros({n}, DType::f32, Device{}), Tensor{}};
-		return make_local_sgd_strategy(topology, Device{}, ParameterSet{{&p}}, inner("sgd"), options);
+		return make_local_sgd_strategy(topology, Device{}, ParameterSet{{&p}}, inner(rule), options);
 	};
 	const auto step = [&](Strategy& strategy, Parameter& p) {
 		for (int64_t i = 0; i < n; ++i)
@@ -320,7 +323,7 @@ TEST_CASE("a checkpoint with a mean in flight, resumed into the warm-up, lands t
 	};
 	Parameter a_value, b_value, c_value;
 	auto a = make(a_value, o);
-	for (int s = 0; s < 4; ++s)
+	for (int s = 0; s < a_steps; ++s)
 		step(*a, a_value);
 	StrategyOptions longer = o;
 	longer.local_sgd.local_start = 10;
@@ -332,6 +335,37 @@ TEST_CASE("a checkpoint with a mean in flight, resumed into the warm-up, lands t
 	step(*b, b_value);
 	step(*c, c_value);
 	CHECK(std::memcmp(b_value.value.data(), c_value.value.data(), n * sizeof(float)) == 0);
+	CHECK_NOTHROW(check_replicas_of(world().comm(), {{"x", b_value.value}}));
+}
+
+} // namespace
+
+TEST_CASE("a checkpoint resumed into the warm-up settles its workers once as it loads")
+{
+	SUBCASE("a mean in flight, one step since its sync") { resume_into_warm_up(4, "sgd"); }
+	// Right at a sync: the mean lands and the workers stand on the anchor, with no further sync
+	// (an outer step on a zero pseudo-gradient would still move Nesterov's anchor).
+	SUBCASE("a mean in flight, taken at its sync") { resume_into_warm_up(3, "sgd"); }
+	// Each worker's own AdamW moments: the warm-up's steps are the same only with rank 0's on all.
+	SUBCASE("each worker's own inner state") { resume_into_warm_up(4, "adamw"); }
+}
+
+TEST_CASE("a non-finite gradient in the warm-up skips that step on every rank")
+{
+	const int last = world().size() - 1;
+	StrategyOptions o = local_sgd(4);
+	o.local_sgd.local_start = 3;
+	edit_faults(o, [&](FaultInjection& f) { f.nonfinite_step = 1, f.nonfinite_rank = last; });
+	const Run run = train(world().comm(), o, inner("adamw"), 3, [&](Tower& tower, int) {
+		std::vector<NamedTensor> mine;
+		for (Parameter* p : tower.model().parameters())
+			mine.push_back({p->name, p->value});
+		check_replicas_of(world().comm(), mine); // the workers stay together through the warm-up
+	});
+	CHECK(run.stats[1].skipped); // every rank's: the mean it took was not finite
+	CHECK(!run.stats[0].skipped);
+	CHECK(!run.stats[2].skipped);
+	CHECK(run.details["skipped_inner_steps"].get<int64_t>() == 1);
 }
 
 TEST_CASE("a non-finite inner gradient skips that worker's step alone; a non-finite pseudo-gradient skips the sync "

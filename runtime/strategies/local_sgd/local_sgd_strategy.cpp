@@ -482,12 +482,15 @@ std::vector<NamedTensor> LocalSgdStrategy::variables()
 void LocalSgdStrategy::variables_restored()
 {
 	restore_state();
-	// Resumed into the warm-up (a longer local_start) with the workers apart: they meet now, so
-	// that the next step's gradients are taken where every worker stands.
-	if (steps() < options_.local_start && (*since_sync_.data_as<int64_t>() > 0 || *pending_.data_as<int64_t>() != 0)) {
-		StepStats ignored;
-		sync(&ignored);
-	}
+	if (steps() >= options_.local_start)
+		return;
+	// Resumed into the warm-up (a longer local_start than the checkpoint's step): its steps are
+	// the same on every worker only from the same place and the same inner state. The workers meet
+	// now, as at the end of a run, so that the next step's gradients are taken where they all
+	// stand, and take rank 0's inner state (a checkpoint taken in the warm-up has it on every rank).
+	settle_replicas();
+	std::vector<NamedTensor> inner = inner_->state();
+	broadcast_named(topology_, inner, 0);
 }
 
 void LocalSgdStrategy::restore_state()

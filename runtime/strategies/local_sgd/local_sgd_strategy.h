@@ -21,7 +21,9 @@ inline constexpr int64_t overlap_piece_values = 256 * 1024;
 // Each worker keeps its parameters and its inner optimizer's state to itself; every worker also
 // holds the synced values (the anchor, the one global model) and the outer optimizer's state,
 // equal on every rank. A step applies the inner optimizer to this worker's gradient alone (no
-// communication), or skips it on this worker when the gradient holds an inf or NaN. Every H-th
+// communication), or skips it on this worker when the gradient holds an inf or NaN; the first
+// local_start steps average the gradients first (replicated steps, skipped on every rank alike
+// when the mean is not finite), and the anchor follows the workers through them. Every H-th
 // step is a sync: the pseudo-gradient anchor - parameters is averaged over the workers (f32, bf16
 // or int8 blocks), the outer optimizer steps the anchor with it (skipped on every rank when the
 // average is not finite), and the parameters restart from the anchor. With H = 1, outer SGD at
@@ -46,8 +48,8 @@ public:
 	int worker_index() const override { return rank_; }
 	int workers() const override { return size_; }
 	GradReadyFn begin_final_backward() override { return {}; }
-	// Not collective, except every H-th step, the sync (and the first step, which records the
-	// workers for checkpoints).
+	// Not collective, except the first local_start steps (a gradient all-reduce each) and every
+	// H-th step after them, the sync.
 	StepStats step(const StepRequest& request) override;
 	void settle_replicas() override;
 	void use_synced_values(bool synced) override;
@@ -61,7 +63,7 @@ public:
 	bool saves_variables() const override { return true; }
 	// Collective: the shared state from rank 0; every worker's own state where the checkpoint had
 	// the same workers, else every worker restarts from the anchor with fresh inner state. Resumed
-	// into the warm-up with the workers apart, they sync once here.
+	// into the warm-up, the workers settle here and take rank 0's inner state.
 	void variables_restored() override;
 	// Collective: the anchor, equal on every rank (without overlap the parameters too, right after
 	// a sync).
