@@ -4,7 +4,7 @@ Nesterov, weight decay), Adam and AdamW rules per parameter group with the learn
 scheduler sets, ends within 1e-5 of plain PyTorch in one process on the same global batches, with
 every rank an owner and (at 3 ranks) with rank 0 a server that runs serve(); async trains, applying
 one update per gradient; local-sgd syncing after every step with outer SGD at rate 1 and torch's
-SGD is plain PyTorch too, and every H steps with AdamW (with the outer all-reduce overlapped or not)
+SGD is plain PyTorch too, as is a local-sgd warm-up (local_start=) with AdamW, and every H steps with AdamW (with the outer all-reduce overlapped or not)
 ends on one synced model on every rank; and deterministic=True gives one result, bit for bit,
 whatever allreduce= is.
 Exits non-zero on the first failure. Usage: strategies.py"""
@@ -152,6 +152,16 @@ failed = failed or not ok
 say(f"rank {R}: local-sgd syncing every step, outer SGD at rate 1, torch sgd with two groups and StepLR, {N} rank(s): "
     f"worst relative difference {worst:.2e} against plain PyTorch {'ok' if ok else 'FAILED'}")
 
+# local-sgd whose warm-up (local_start=) spans the run: its steps average the gradients, so under
+# torch's AdamW too (whose steps, each worker's own averaged afterwards, would not be) it is plain
+# PyTorch's training on the global batch.
+expected = train("adamw", data)
+got = train("adamw", data, {"strategy": "local-sgd", "sync_every": 4, "local_start": STEPS})
+worst = worst_relative(got, expected)
+ok = worst <= 1e-5
+failed = failed or not ok
+say(f"rank {R}: local-sgd with local_start={STEPS}, torch adamw with two groups and StepLR, {N} rank(s): "
+    f"worst relative difference {worst:.2e} against plain PyTorch {'ok' if ok else 'FAILED'}")
 
 # local-sgd every 4 steps with AdamW, DiLoCo's outer Nesterov, the outer all-reduce overlapped or
 # not: between syncs the workers differ, inside synced_values() every rank holds the same synced
