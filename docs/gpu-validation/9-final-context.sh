@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # After device-validate: the GPT at context 512 (two GPU attention blocks) and 1024 (four), ours
-# against the baseline, alternating: compute ms of the last 20 of 60 steps.
+# against the baseline, alternating: compute ms of the last 20 of 60 steps. Needs the Open MPI
+# environment device-validate sets (OPAL_PREFIX, PMIX_INSTALL_PREFIX, OMPI_MCA_ess_singleton_isolated=1).
 R=/tmp/tower-device
 for ctx in 512 1024; do
   for p in fp32 bf16; do
