@@ -152,16 +152,8 @@ StepStats LocalSgdStrategy::step(const StepRequest& request)
 		grads[0].data_as<float>()[0] = std::numeric_limits<float>::quiet_NaN();
 	if (steps() < options_.local_start)
 		return warm_up_step(request, grads, stats);
-	stats.grad_norm = std::sqrt(sum_of_squares_all(grads));
-	{
-		// A bad batch costs this worker its step only: its inner state stays as it was.
-		timeline::Span span("inner step", "update");
-		if (std::isfinite(stats.grad_norm))
-			inner_->step(parameters_, request.lr);
-		else
-			stats.skipped = true, ++skipped_inner_;
-	}
-	++*step_counter_.data_as<int64_t>();
+	// A bad batch costs this worker its step only.
+	inner_step(request, grads, &stats);
 	const int64_t since = ++*since_sync_.data_as<int64_t>();
 	if (since >= options_.sync_every) {
 		if (comm_thread_)
@@ -198,15 +190,7 @@ StepStats LocalSgdStrategy::warm_up_step(const StepRequest& request, const std::
 	stats.allreduce_bytes += static_cast<size_t>(payload_bytes());
 	++syncs_;
 	// The mean is the same bits on every rank: every worker takes or skips the step alike.
-	stats.grad_norm = std::sqrt(sum_of_squares_all(grads));
-	{
-		timeline::Span span("inner step", "update");
-		if (std::isfinite(stats.grad_norm))
-			inner_->step(parameters_, request.lr);
-		else
-			stats.skipped = true, ++skipped_inner_;
-	}
-	++*step_counter_.data_as<int64_t>();
+	inner_step(request, grads, &stats);
 	// The synced values follow the workers, which stay equal: the first block starts from there.
 	int64_t at = 0;
 	float* anchor = anchor_values_.data_as<float>();
@@ -217,6 +201,21 @@ StepStats LocalSgdStrategy::warm_up_step(const StepRequest& request, const std::
 	if (comm_thread_)
 		block_start_.copy_from(anchor_values_);
 	return stats;
+}
+
+// The inner optimizer's step on `grads`, or none where they hold an inf or NaN (the inner state
+// stays as it was); counted either way.
+void LocalSgdStrategy::inner_step(const StepRequest& request, const std::vector<Tensor>& grads, StepStats* stats)
+{
+	stats->grad_norm = std::sqrt(sum_of_squares_all(grads));
+	{
+		timeline::Span span("inner step", "update");
+		if (std::isfinite(stats->grad_norm))
+			inner_->step(parameters_, request.lr);
+		else
+			stats->skipped = true, ++skipped_inner_;
+	}
+	++*step_counter_.data_as<int64_t>();
 }
 
 // The gradients into the flat buffer the outer all-reduce sends (`in`), or back out of it.

@@ -73,6 +73,7 @@ public:
 
 private:
 	StepStats warm_up_step(const StepRequest& request, const std::vector<Tensor>& grads, StepStats stats);
+	void inner_step(const StepRequest& request, const std::vector<Tensor>& grads, StepStats* stats);
 	void copy_gradients(const std::vector<Tensor>& grads, bool in);
 	void restore_state();
 	void sync(StepStats* stats);
