@@ -56,6 +56,21 @@ class Gpt(nn.Module):
         self.blocks = nn.ModuleList(Block(width, heads) for _ in range(layers))
         self.lnf = nn.LayerNorm(width)
         self.mask = torch.ones(context, context, dtype=torch.bool).tril()  # not a buffer: gloo broadcasts no bool
+        self.start_as_gpt2(layers)
+
+    def start_as_gpt2(self, layers):
+        """GPT-2's initial values, as tower's GPT draws them (docs/transformer.md): PyTorch's defaults
+        (an embedding of Normal(0, 1) read back through the tied head) start the loss near 150 where
+        tower's starts near 5.5, and the validation losses the benches compare would differ by that."""
+        with torch.no_grad():
+            for name, p in self.named_parameters():
+                if name.endswith("bias"):
+                    p.zero_()
+                    continue
+                if ".ln" in name or name.startswith("lnf"):
+                    continue  # LayerNorm gains 1: PyTorch's default
+                into_residual = name.endswith("proj.weight")
+                p.normal_(0.0, 0.01 if name == "wpe.weight" else 0.02 / math.sqrt(2 * layers) if into_residual else 0.02)
 
     def forward(self, tokens):
         inp, tgt = tokens[:, :-1], tokens[:, 1:]

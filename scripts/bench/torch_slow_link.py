@@ -123,11 +123,13 @@ def main():
     p.add_argument("--period", type=int, default=50, help="postlocal and tower_local_sgd: steps between parameter averages")
     p.add_argument("--local-start", type=int, default=10, help="postlocal: steps of plain DDP first")
     p.add_argument("--evaluate", action="store_true", help="the validation loss after the last step")
+    p.add_argument("--seed", type=int, default=1, help="the model's initial values and each rank's batches")
     p.add_argument("--total-steps", type=int, default=0, help="warm-up and cosine decay over this many steps (0: constant)")
     p.add_argument("--warmup-steps", type=int, default=40)
     p.add_argument("--min-lr", type=float, default=1e-4)
     args = p.parse_args()
     rank, world = start_rank()
+    torch.manual_seed(args.seed)
     tower = args.form.startswith("tower")
     if tower:
         import tower.torch as hvd
@@ -140,7 +142,7 @@ def main():
     text = all_text[: len(all_text) * 9 // 10]
     model, opt = wrap(Gpt(args.layers, args.width, args.heads, args.context), args, {"lr": args.lr, "weight_decay": 0.0})
     rate = schedule(opt, args)
-    gen = torch.Generator().manual_seed(1000 + rank)
+    gen = torch.Generator().manual_seed(1000 * args.seed + rank)
     width = args.context + 1
 
     def step():
