@@ -70,13 +70,19 @@ if lines:
 
 # A worker's bad batch: its NaN gradient is dropped by every owner, counted, named in a warning, and
 # its token granted again; the run applies every planned update and ends in the accuracy band of
-# the same run without it (one epoch, 2 workers).
-for strategy in ["sync-replicas", "async"]:
+# the same run without it (one epoch, 2 workers). Async runs lock-step here (--max-staleness 0,
+# which also hangs if the dropped gradient's token is not granted again): with a gradient up to one
+# update late, how many arrive late depends on the machine's load, and on a loaded 2-core machine a
+# clean run ended 7 points below the run with the NaN (76.3% against 83.7%). Lock-step on a loaded
+# machine: clean runs 83.0-84.1%, with the NaN 80.2-84.7% (the order in which the two workers'
+# updates land still varies, and one epoch's last updates move the accuracy by a few points).
+for strategy, bound in [("sync-replicas", []), ("async", ["--max-staleness", "0"])]:
     accuracy = {}
     for injected in [False, True]:
         name = f"{strategy}-nonfinite" if injected else f"{strategy}-clean"
         metrics = os.path.join(tmp, f"{name}.jsonl")
-        r = run(2, "--strategy", strategy, "--metrics", metrics, *(["--inject-nonfinite", "5:1"] if injected else []))
+        r = run(2, "--strategy", strategy, *bound, "--metrics", metrics,
+                *(["--inject-nonfinite", "5:1"] if injected else []))
         expect(r.returncode == 0, f"{name}: failed: {r.stderr[-2000:]}")
         if r.returncode != 0:
             continue
@@ -91,9 +97,10 @@ for strategy in ["sync-replicas", "async"]:
     if len(accuracy) == 2:
         print(f"{strategy}: test accuracy {100 * accuracy[False]:.2f}% clean, {100 * accuracy[True]:.2f}% with one "
               "NaN gradient")
-        # One epoch's accuracy moves by a few points with the batches the redone step shifts; a
-        # NaN applied would leave the model at chance (10%).
-        expect(accuracy[True] > 0.7 and abs(accuracy[True] - accuracy[False]) < 0.05,
+        # One epoch's accuracy moves by a few points with the batches the redone step shifts (up to
+        # 4 points apart above; the band is twice that); a NaN applied would leave the model at
+        # chance (10%).
+        expect(accuracy[True] > 0.7 and abs(accuracy[True] - accuracy[False]) < 0.08,
                f"{strategy}: accuracy {accuracy[True]} with a NaN gradient against {accuracy[False]} without")
 
 # Errors, on every rank.
