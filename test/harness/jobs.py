@@ -24,6 +24,13 @@ def rank_pid(marker, rank):
     return None
 
 
+def newest_checkpoint(directory):
+    """The step of the newest complete checkpoint (its manifest written last) in `directory`, or -1."""
+    steps = [int(os.path.basename(os.path.dirname(m))[len("step-"):])
+             for m in glob.glob(os.path.join(directory, "step-*", "manifest.tck"))]
+    return max(steps, default=-1)
+
+
 def metrics_summary(path):
     """The summary line of a --metrics file, or {} when the run wrote none."""
     lines = [json.loads(x) for x in open(path)] if os.path.exists(path) else []
