@@ -31,6 +31,21 @@ def newest_checkpoint(directory):
     return max(steps, default=-1)
 
 
+def resume_problem(history, newest, at_least):
+    """What is wrong with a relaunch after a kill, or None: tower elastic's second generation must
+    resume from a checkpoint no older than `newest` (the newest complete one right after the kill)
+    nor than step `at_least`, and the first generation's steps lost must be its steps after that.
+    Not "fewer than the checkpoint interval": checkpoints are written in the background, and steps
+    of a fraction of a millisecond can run past the next interval before its files are complete
+    (a local-sgd MLP killed at step 109 with the step-100 checkpoint unfinished lost 34 at 25)."""
+    lost = history[0].get("steps_lost") if history else None
+    start = history[1].get("start_step", -1) if len(history) == 2 else -1
+    if lost is None or start < max(newest, at_least) or lost != max(0, history[0].get("last_step", -1) - start):
+        return (f"resumed from step {start} (the newest complete checkpoint after the kill: {newest}), "
+                f"steps lost {lost}: {history}")
+    return None
+
+
 def metrics_summary(path):
     """The summary line of a --metrics file, or {} when the run wrote none."""
     lines = [json.loads(x) for x in open(path)] if os.path.exists(path) else []
