@@ -26,9 +26,9 @@ def rank_pid(marker, rank):
 
 def newest_checkpoint(directory):
     """The step of the newest complete checkpoint (its manifest written last) in `directory`, or -1."""
-    steps = [int(os.path.basename(os.path.dirname(m))[len("step-"):])
-             for m in glob.glob(os.path.join(directory, "step-*", "manifest.tck"))]
-    return max(steps, default=-1)
+    names = [os.path.basename(os.path.dirname(m)) for m in glob.glob(os.path.join(directory, "step-*", "manifest.tck"))]
+    # Only "step-<digits>", as the library reads them (runtime/checkpoint/checkpoint_files.h).
+    return max((int(n[len("step-"):]) for n in names if n[len("step-"):].isdigit()), default=-1)
 
 
 def resume_problem(history, newest, at_least):
