@@ -1,6 +1,6 @@
 // A libtorch program trained data-parallel through tower: a small network fits a curve, each rank on
 // samples of its own, torch's Adam applying the gradients tower reduced while backward ran (or,
-// under parameter-server and sync-replicas, the owners applying torch's Adam rule).
+// under parameter-server, async and sync-replicas, the owners applying torch's Adam rule).
 //   make && mpirun -np 2 ./fit [STEPS [STRATEGY]]   (PKG_CONFIG_PATH=<prefix>/lib/.../pkgconfig if needed)
 #include <cmath>
 #include <cstdio>

@@ -5,8 +5,9 @@ G and D each have a DistributedOptimizer (Adam with the seed's beta1 0 and beta2
 images, weighted by the interval (lazy regularization). autograd computes that gradient
 (torch.autograd.grad with create_graph=True) and differentiates it again, so R1 holds for any
 discriminator: here two hidden LeakyReLU layers. A third optimizer, D_reg, applies it: it shares
-D's Adam state (share=, the seed's D_reg with share=D_opt). As in the seed, D's learning rate and
-betas are scaled by interval / (interval + 1) for the steps R1 takes.
+D's Adam state (share=, the seed's D_reg with share=D_opt). As in the seed, D's learning rate is
+multiplied by, and its betas raised to the power of, interval / (interval + 1) for the steps R1
+takes (beta1 is 0 here, so only beta2 moves).
 
 Every rank takes its share of the same global batch of real images and latents at each step, so a
 run gives the same result at any number of ranks, within rounding; --plain runs the same program

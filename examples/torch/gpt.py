@@ -116,12 +116,14 @@ def main():
     p.add_argument("--context", type=int, default=128)
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--fusion-mb", type=float, default=4.0,
-                   help="bucket size (tower.torch's default): 4 buckets, the last layers' reduced during backward")
-    p.add_argument("--allreduce", default="auto", help="auto, ring, hierarchical or naive")
+                   help="replicated only: bucket size (tower.torch's default): 4 buckets, the last layers' reduced "
+                        "during backward")
+    p.add_argument("--allreduce", default="auto", help="replicated only: auto, ring, hierarchical or naive")
     p.add_argument("--strategy", default="replicated",
                    help="replicated (torch's AdamW applies the reduced gradients on every rank), parameter-server "
                         "(each variable's owner applies torch's AdamW rule), sync-replicas or async (the owners "
-                        "apply the gradients as they arrive)")
+                        "apply the gradients as they arrive), local-sgd (each rank applies torch's AdamW rule "
+                        "alone and the ranks average their moves every 50 steps, and once at the end)")
     p.add_argument("--checkpoint-every", type=int, default=0, help="save every K steps (0: never)")
     p.add_argument("--checkpoint-dir", default=None, help="default: $TOWER_CHECKPOINT_DIR (tower elastic sets it)")
     p.add_argument("--resume", action="store_true", help="resume the latest checkpoint (tower elastic: automatic)")
@@ -182,6 +184,9 @@ def main():
             report(mean_loss, step, args, tokens, start, first, exposed, stats)
         if checkpoints and args.checkpoint_every:
             checkpoints.save(args.steps)  # the run is over: every rank is at its end
+    # Under local-sgd the ranks hold their own values since the last sync: one more brings every rank
+    # to the one synced model (nothing under the other strategies).
+    opt.settle_replicas()
     if checkpoints:
         checkpoints.wait()
     hvd.shutdown()

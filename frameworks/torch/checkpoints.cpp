@@ -18,8 +18,8 @@ Tensor tower_view(const std::string& name, const at::Tensor& t)
 {
 	const std::optional<DType> type = tower_dtype(t.scalar_type());
 	if (!type || !t.device().is_cpu() || !t.is_contiguous())
-		throw Error(fmt::format("checkpoint variable '{}': a contiguous CPU tensor of float32, float64, int32 or int64 "
-					"is needed", name));
+		throw Error(fmt::format("checkpoint variable '{}': a contiguous CPU tensor of float32, float64, float16, "
+					"bfloat16, int32 or int64 is needed", name));
 	return Tensor::view(t.data_ptr(), Shape(t.sizes().begin(), t.sizes().end()), *type, Device{});
 }
 

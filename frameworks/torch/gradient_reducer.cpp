@@ -41,14 +41,14 @@ private:
 std::string check_parameters(const std::vector<std::pair<std::string, at::Tensor>>& parameters)
 {
 	if (parameters.empty())
-		return "no parameters: pass named_parameters=model.named_parameters()";
+		return "no parameter that requires a gradient: there is nothing to train";
 	std::set<std::string> seen;
 	for (const auto& [name, t] : parameters) {
 		if (!seen.insert(name).second)
 			return fmt::format("parameter '{}' is named twice", name);
 		if (!t.device().is_cpu())
-			return fmt::format("parameter '{}' is on {}: this tower.torch reduces CPU tensors (a CUDA build of "
-					   "torch is needed for GPU tensors; docs/torch.md)", name, t.device().str());
+			return fmt::format("parameter '{}' is on {}: tower.torch reduces CPU tensors (its GPU path is not built "
+					   "yet; docs/torch.md)", name, t.device().str());
 		if (t.scalar_type() != at::kFloat)
 			return fmt::format("parameter '{}' is {}: tower.torch reduces float32 parameters (keep the "
 					   "parameters in float32 and compute in 16 bits with autocast)",

@@ -1,5 +1,6 @@
-// The core of tower.torch's DistributedOptimizer: a torch module's gradients reduced by tower's
-// replicated strategy as autograd finalizes them; the wrapped torch optimizer applies them.
+// The core of tower.torch's DistributedOptimizer: a torch module's gradients reduced by one of
+// tower's strategies as autograd finalizes them; under replicated the wrapped torch optimizer
+// applies them, under the others tower's owners (or, under local-sgd, each worker) do.
 #pragma once
 
 #include <cstdint>
@@ -33,12 +34,11 @@ struct ReducerOptions {
 	// bucket at 2 ranks on one host; docs/torch.md).
 	ReducerOptions() { strategy.replicated.fusion_mb = 4.0; }
 
-	// The strategy and its options (tower's own table): replicated, or parameter-server with
-	// every rank owning a share (ps_ranks 0). Under replicated the adapter never shards the update:
-	// the torch optimizer applies it on every rank.
+	// The strategy and its options (tower's own table): any of tower's strategies. Under
+	// replicated the adapter never shards the update: the torch optimizer applies it on every rank.
 	StrategyOptions strategy;
-	// The update rule: `none` under replicated (the wrapped torch optimizer applies it); under
-	// parameter-server the owners apply this one (the front end derives it from the torch
+	// The update rule: `none` under replicated (the wrapped torch optimizer applies it); under the
+	// other strategies the owners (local-sgd: each worker) apply this one (the front end derives it from the torch
 	// optimizer's parameter group, with PyTorch's Adam arithmetic) and every rank receives the
 	// new values.
 	OptimizerConfig optimizer = none_optimizer();
@@ -80,7 +80,7 @@ public:
 	GradientReducer(const GradientReducer&) = delete;
 	GradientReducer& operator=(const GradientReducer&) = delete;
 
-	// Collective: reports the gradients no hook reported (a parameter this rank did not use adds
+	// Collective under the lock-step strategies: reports the gradients no hook reported (a parameter this rank did not use adds
 	// zeros), waits for every bucket, and checks the result. Parameters no rank used keep the
 	// gradient torch left them (none, if they never had one), so the torch optimizer treats
 	// them as it would alone. Where the owners apply the update (applies_update()), they apply it

@@ -21,12 +21,13 @@ void init();
 // Collective: records a timeline (runtime/observe/timeline.h) into PATH until shutdown(): the
 // buckets' all-reduces, the waits for them, the updates.
 void record_timeline(const std::string& path);
-// Collective: closes every open reducer (in the order they were made, alike on every rank), then
+// Collective: closes every open reducer and Checkpoints (in the order they were made, alike on
+// every rank), then
 // ends what init() started; MPI itself only if init() started it. Idempotent; init() may not be
 // called again afterwards (MPI cannot be restarted).
 void shutdown();
 // What shutdown() must close before MPI ends, in the order added: returns a key for
-// remove_closer(). A reducer adds itself when made and removes itself when closed.
+// remove_closer(). A reducer or a Checkpoints adds itself when made and removes itself when closed.
 uint64_t add_closer(std::function<void()> close);
 void remove_closer(uint64_t key);
 // Ends the job now, on every rank (MPI_Abort): what a rank does when it fails alone, since the

@@ -43,8 +43,9 @@ struct ReducerArguments {
 	int ps_ranks = 0;
 	bool deterministic = false;
 	int64_t steps = 0;
-	// The owner strategies' own options by their rows' ids (replicas_to_aggregate, async_scale,
-	// max_staleness, ema_decay), as the program gave them.
+	// The owner strategies' and local-sgd's own options by their rows' ids (replicas_to_aggregate,
+	// async_scale, max_staleness, ema_decay; sync_every, local_start, outer_*), as the program gave
+	// them.
 	std::vector<std::pair<std::string, std::string>> strategy_rows;
 	// The owners' update rule as rows of tower's optimizer table (id, text); empty: the torch
 	// optimizer applies the update.

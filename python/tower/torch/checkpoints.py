@@ -44,8 +44,9 @@ class Checkpoints:
     the manifest last, the newest `keep` kept. restore() loads the newest valid one when `resume`
     (default: $TOWER_RESUME is 1, as `tower elastic` sets it on a relaunch; a path resumes that
     checkpoint). Under replicated rank 0 saves the parameters and torch's SGD, Adam or AdamW state;
-    under parameter-server each owner saves its slices and moments. Either resumes the other's, at
-    any world size. `identity` (a dict) must be the same on resume."""
+    under parameter-server, async and sync-replicas each owner saves its slices and moments; under
+    local-sgd the synced values and each worker's own (docs/torch.md). Any of them resumes
+    another's, at any world size. `identity` (a dict) must be the same on resume."""
 
     def __init__(self, optimizer, directory=None, keep=3, resume=None, identity=None):
         if not hasattr(optimizer, "_tower_reducers"):

@@ -304,7 +304,8 @@ class _DistributedOptimizer:
         return super(self.__class__, self).zero_grad(*args, **kwargs)
 
     def tower_stats(self):
-        """The last step's reduction: skipped, grad_norm, allreduce_s, hidden_fraction, buckets.
+        """The last step's reduction: skipped, grad_norm, allreduce_s, hidden_fraction, buckets (and
+        replica_hash, with check_every=).
         Under async and sync-replicas, once the run is over, also "run": each group's totals from
         its chief (updates, gradients_applied, dropped_stale, dropped_nonfinite, staleness_mean, ...)."""
         stats = dict(self._tower_last)
