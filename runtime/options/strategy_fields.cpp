@@ -129,7 +129,8 @@ AllReduceMode parse_mode(const std::string& t)
 Row mode_row()
 {
 	Row f = custom_field<StrategyOptions, AllReduceMode>(
-		"allreduce", "All-reduce mode: ring, hierarchical, naive, or auto (ring with NCCL on GPUs, hierarchical on CPUs)",
+		"allreduce", "All-reduce mode: ring, hierarchical, naive, or auto (ring with NCCL on GPUs; on CPUs "
+			     "hierarchical, or ring where every node holds one rank or hierarchical cannot run)",
 		[](StrategyOptions& s) -> AllReduceMode& { return s.replicated.mode; }, parse_mode,
 		[](const AllReduceMode& m) { return std::string(all_reduce_mode_name(m)); },
 		[](const AllReduceMode& m) { return m == AllReduceMode::ring ? AllReduceMode::naive : AllReduceMode::ring; });
