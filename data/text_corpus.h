@@ -15,7 +15,8 @@ namespace tower {
 std::string default_text_dir();
 
 // The bytes of a file, or of every text file under a directory (recursively, in sorted path order,
-// each followed by a newline). Files ending in .dat and symbolic links are left out. Throws tower::Error naming the
+// each followed by a newline). Files ending in .dat and links to files are left out (linked
+// directories are followed). Throws tower::Error naming the
 // path when it is missing or unreadable, when a file is binary (a NUL byte, or over 10% of its first
 // 64 KiB outside printable ASCII, tab, newline, carriage return and UTF-8 bytes), or when no text is
 // found.
@@ -24,7 +25,8 @@ std::string read_text_corpus(const std::string& path);
 // The corpus cut deterministically: the first 90% of its bytes train, the last 10% validate.
 enum class TextSplit { train, validation };
 
-// Non-overlapping windows of context + 1 bytes of one split, as samples with one field, "tokens"
+// Windows of context + 1 bytes of one split, context apart (neighbours share one byte; their
+// targets do not overlap), as samples with one field, "tokens"
 // (i32 [context + 1], each a byte 0..255): a model reads tokens[0..context) and predicts
 // tokens[1..context]. The sampler shuffles and shards them as it does images.
 class TextWindows final : public SampleSet {

@@ -16,7 +16,8 @@ struct MlpOptions {
 	DType precision = DType::f32; // compute type: f32, f16 or bf16
 };
 
-// Layers fc1 .. fc<depth+1>; each hidden layer has its ReLU fused into the bias pass.
+// Layers fc1 .. fc<depth+1>; each hidden layer has a ReLU after its bias (fused with the bias on
+// CUDA, a pass of its own on the CPU, where the bias is added inside the GEMM).
 std::unique_ptr<SequentialModel> make_mlp(const MlpOptions& options, const Device& device);
 
 } // namespace tower

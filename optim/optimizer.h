@@ -81,7 +81,8 @@ protected:
 	std::vector<std::string> names_; // the parameters', in order
 };
 
-// The names make_optimizer accepts, for help texts and error messages.
+// The names tower train offers, for help texts and error messages (make_optimizer also accepts
+// "none", the update left to a framework).
 std::vector<std::string> optimizer_names();
 
 // Builds the optimizer `config.name` for `parameters` (f32, all on one device, gradients

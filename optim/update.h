@@ -9,7 +9,7 @@
 namespace tower {
 
 // Each call updates `n` elements on `device` (the CPU, or a CUDA device in a CUDA build) and
-// returns once the work is queued; CUDA work runs in order on the default stream.
+// returns once the work is queued; CUDA work runs in order on the calling thread's stream.
 void sgd_update(const Device& device, float* p, const float* g, int64_t n, const SgdCoeffs& c);
 void momentum_update(const Device& device, float* p, const float* g, float* buf, int64_t n, const SgdCoeffs& c);
 // `step` points to the i64 step counter on `device`, already advanced to this step (1-based).

@@ -157,8 +157,8 @@ public:
 	virtual void softmax_xent_backward(const Tensor& probs, const Tensor& labels, const Tensor& dlogits,
 					   float scale) const = 0;
 
-	// Batched c[i] = alpha * op(a[i]) * op(b[i]) + beta * c[i] for 3-D a, b, c of one batch count
-	// (attention's per-head products).
+	// Batched c[i] = alpha * op(a[i]) * op(b[i]) + beta * c[i] for whole 3-D a, b, c of one batch
+	// count (attention uses gemm_strided_batched below).
 	virtual void gemm_batched(Transpose ta, Transpose tb, float alpha, const Tensor& a, const Tensor& b,
 				  float beta, const Tensor& c) const;
 	// The same over strided views: c[i] = alpha * op(a[i]) * op(b[i]) + beta * c[i] for the matrices
@@ -219,16 +219,18 @@ public:
 	// (the CPU's own f32 kernels keep one head's in cache), the caller may pass empty tensors.
 	virtual bool causal_attention_uses_room(DType /*type*/) const { return true; }
 
-	// Moves attention heads between rows and heads: rows [B, T, W] and heads [B, H, T, D] with
+	// Moves heads between rows and heads: rows [B, T, W] and heads [B, H, T, D] with
 	// heads[b, h, t, d] = rows[b, t, offset + h * D + d]; copies rows into heads with `to_heads`,
-	// heads into rows otherwise (other columns of rows are left alone).
+	// heads into rows otherwise (other columns of rows are left alone). Attention reads its heads in
+	// place (strided views); the default convolution uses this for its output channels.
 	virtual void permute_heads(const Tensor& rows, int64_t offset, const Tensor& heads, bool to_heads) const = 0;
 
 	// Token windows i32 [B, T + 1] into a model's inputs (the first T of each, i32 [B * T]) and
 	// targets (the last T, i32 [B * T]).
 	virtual void split_windows(const Tensor& windows, const Tensor& inputs, const Tensor& targets) const = 0;
-	// out[n] = table[tokens[n]] for i32 tokens [N], table [V, C] and out [N, C] of one type;
-	// throws tower::Error for a token outside [0, V).
+	// out[n] = table[tokens[n]] for i32 tokens [N], table [V, C] and out [N, C] of one type; for a
+	// token outside [0, V) the CPU throws tower::Error and CUDA writes a row of zeros (it does not
+	// read the tokens back to check them).
 	virtual void embedding_forward(const Tensor& tokens, const Tensor& table, const Tensor& out) const = 0;
 	// dtable[v] (+)= sum of dout[n] over n with tokens[n] == v, into f32 dtable [V, C] in a fixed
 	// order (deterministic); dout of the compute type. Overwrites dtable unless `accumulate`.

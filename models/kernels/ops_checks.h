@@ -33,7 +33,7 @@ int64_t checked_bias_outer(const Tensor& y, const Tensor& bias, int64_t inner);
 // Checks x [N, C, H, W], y [N, C, H/2, W/2] and argmax (i32, y's shape) of 2x2 pooling.
 void check_maxpool(const Tensor& x, const Tensor& y, const Tensor& argmax);
 
-// Checks image [C, H, W] (or its element count) and col [C*k*k, OH*OW] against the geometry.
+// Checks images [n, C, H, W] (or their element count) and col [C*k*k, n * OH*OW] against the geometry.
 void check_im2col(const ConvGeometry& g, const Tensor& image, const Tensor& col);
 
 // Checks logits [B, K], labels i32 [B] and probs (logits' shape).

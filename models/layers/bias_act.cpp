@@ -1,4 +1,4 @@
-// The bias-and-ReLU tail that Linear and Conv2d share, backward.
+// The bias-and-activation (ReLU or GELU) tail that Linear and Conv2d share, backward.
 #include "models/layers/bias_act.h"
 
 #include "models/layers/precision.h"

@@ -1,4 +1,4 @@
-// Fully connected layer y = x W^T + b, optionally followed by a fused ReLU.
+// Fully connected layer y = x W^T + b, optionally followed by a ReLU or a GELU.
 #pragma once
 
 #include <string>

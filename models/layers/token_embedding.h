@@ -10,7 +10,7 @@ namespace tower {
 
 class TokenEmbedding {
 public:
-	// "<name>.wte" [vocab, width] and "<name>.wpe" [context, width], both Normal(0, stddev);
+	// "<prefix>wte" [vocab, width] and "<prefix>wpe" [context, width], both Normal(0, stddev);
 	// `pos_stddev` for the positions (GPT-2: 0.02 and 0.01).
 	TokenEmbedding(const std::string& prefix, int64_t vocab, int64_t context, int64_t width, float stddev,
 		       float pos_stddev, uint64_t seed, const Device& device);

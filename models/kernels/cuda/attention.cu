@@ -1,5 +1,6 @@
-// Attention's own GPU kernels: the causal softmax (one warp per row) and its gradient, and moving
-// heads between the [B, T, W] rows and the [B, H, T, D] layout of the batched products.
+// Attention's own GPU kernels: the causal softmax (one warp per row) and its gradient, and
+// permute_heads, the rows <-> [B, H, T, D] reorder (the default convolution's output channels use
+// it; attention reads its heads in place).
 #include "models/kernels/cuda/kernels.h"
 #include "models/kernels/cuda/launch.cuh"
 

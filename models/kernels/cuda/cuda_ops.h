@@ -68,13 +68,13 @@ private:
 
 	Device device_;
 	cublasHandle_t cublas_ = nullptr;
-	// Per-row losses and flags (grown to the largest batch seen and then reused), and the two
-	// totals and the bad-label flag of the cross-entropy, side by side.
+	// Per-row losses and flags of the cross-entropy (grown to the largest batch seen and then reused).
 	mutable Tensor xent_rows_;
 	// The bias gradient's per-block partial sums, grown to the most channels seen.
 	mutable Tensor bias_partials_;
 	// The three pointer arrays of a batched product over grouped views, grown to the most seen.
 	mutable Tensor batch_pointers_;
+	// The cross-entropy's two totals and its bad-label flag, side by side.
 	Tensor xent_results_;
 	// Per-block partial sums and the total of sum_of_squares.
 	Tensor square_partials_;

@@ -1,4 +1,5 @@
-// Launchers of tower's CUDA kernels (models/kernels/cuda/*.cu); all run on the current device's default stream.
+// Launchers of tower's CUDA kernels (models/kernels/cuda/*.cu); all run on the calling thread's stream
+// (base/device/stream.h).
 #pragma once
 
 #include <cstdint>
