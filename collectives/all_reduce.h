@@ -1,5 +1,6 @@
 // The all-reduce interface and its factory: ring, hierarchical or naive by mode, each summing in
-// rank order when asked to be deterministic, and node-sharded where ranks share memory.
+// rank order when asked to be deterministic; node-sharded only in the CPU hierarchical mode on
+// nodes of equal size.
 #pragma once
 
 #include <cstddef>
@@ -17,9 +18,10 @@
 
 namespace tower {
 
-// One all-reduce algorithm over one replica group. The constructor does all setup (private
-// communicators, shared-memory windows, NCCL communicators, staging buffers); run() only
-// communicates, so one thread may call run() while others use MPI_COMM_WORLD.
+// One all-reduce algorithm over one replica group. The constructor makes the private
+// communicators, shared-memory windows and NCCL communicators (some staging buffers grow on first
+// use in run()); run() uses only the object's own communicators, so one thread may call run()
+// while others use MPI_COMM_WORLD.
 class AllReduce {
 public:
 	AllReduce() = default;
@@ -54,8 +56,8 @@ private:
 };
 
 // Collective over the topology's world: empty when `mode` can run over these nodes and groups on
-// `device`; otherwise why not, for people. (Only the hierarchical mode has conditions: the same
-// number of the group's ranks on every node, and on the CPU nodes whose ranks share memory.)
+// `device`; otherwise why not, for people. (Only the hierarchical mode has conditions: on GPUs the
+// same number of the group's ranks on every node; on the CPU, nodes whose ranks share memory.)
 std::string why_all_reduce_cannot_run(const Topology& topology, const Device& device, AllReduceMode mode,
 				      const GroupAssignment& groups);
 // Collective: what "auto" means here: NCCL's ring on GPUs; on the CPU the ring where every node

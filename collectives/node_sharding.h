@@ -36,7 +36,8 @@ public:
 		reduce_shard(data, count, dtype, op, shard, {});
 	}
 	// The same, calling `reduced(first, length)` (when given) on each piece of the shard as soon
-	// as it holds its result, while it is still in the cache: a sharded update takes the
+	// as it holds its result, while it is still in the cache (across nodes: once, on the whole
+	// shard, after the cross-node ring): a sharded update takes the
 	// gradient's norm there instead of in a pass of its own.
 	virtual void reduce_shard(void* data, size_t count, DType dtype, ReduceOp op, Segment shard,
 				  const std::function<void(size_t first, size_t length)>& reduced) = 0;

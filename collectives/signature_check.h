@@ -13,7 +13,7 @@ namespace tower {
 
 // Collective over `comm`. Compares each rank's list with root's; when any differs, throws
 // tower::AgreedError on every rank, naming each differing rank and its first differing entries,
-// prefixed by `what` ("gradient list", "broadcast"). No data moves.
+// prefixed by `what` ("gradient list", "broadcast list"). No data moves.
 void check_signatures(MPI_Comm comm, const std::vector<NamedTensor>& tensors, int root, std::string_view what);
 
 // Collective: check_signatures of the parameters' gradients against rank 0's, as the "gradient list".

@@ -1,4 +1,4 @@
-// Which device each rank's tower runs on: a CUDA device chosen by local rank, or the CPU.
+// Which device each rank's tower runs on: a CUDA device chosen by the rank's place on its host, or the CPU.
 #pragma once
 
 #include <string>

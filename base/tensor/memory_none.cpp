@@ -1,4 +1,4 @@
-// Device memory of a CPU-only build: every device is the host.
+// Device memory of a CPU-only build: only the CPU device exists; a CUDA device throws.
 #include <cstring>
 
 #include "base/device/cpu_only.h"

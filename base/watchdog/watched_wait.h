@@ -1,4 +1,5 @@
-// Every blocking wait in tower: spins briefly, then yields, then sleeps, and names a stall.
+// tower's watched waits: spin briefly, then yield, then sleep, and name a stall (the collectives'
+// and barriers' waits; a few plain blocking MPI calls, e.g. MPI_Allgather, are not watched).
 #pragma once
 
 // How to wire a wait in (one edit per wait):

@@ -66,7 +66,7 @@ private:
 	void run_direct(const PeerBuffers& peers, size_t count, DType dtype, ReduceOp op);
 	// Reduces `shard` of the node's `sources` (this rank's own first) into `out`, across nodes
 	// too, dividing for a mean; calls `done(first, length)` on each finished piece while it is
-	// still in cache.
+	// still in cache (across nodes: once, on the whole shard, after the cross-node ring).
 	void reduce_own_shard(const std::vector<const char*>& sources, char* out, Segment shard, DType dtype, ReduceOp op,
 			      const std::function<void(size_t, size_t)>& done);
 

@@ -1,6 +1,6 @@
 // The hierarchical all-reduce where nodes hold different numbers of the group's ranks: each node's
 // leader reduces the node's buffers out of shared memory, the leaders all-reduce in a ring across
-// nodes, and every rank copies the result out of its leader's slot.
+// nodes, and every other rank copies the result out of its leader's slot.
 #include "collectives/algorithms/all_reduce_hierarchical_uneven.h"
 
 #include <algorithm>

@@ -1,6 +1,7 @@
 // Which algorithm an all-reduce mode runs: ring, hierarchical or naive by mode, each summing in
-// rank order when asked to be deterministic, on the device's communicator (NCCL) on GPUs, and
-// node-sharded where ranks share memory; and which modes can run here.
+// rank order when asked to be deterministic, on the device's communicator (NCCL) on GPUs for ring
+// and hierarchical (naive goes through host memory and MPI), node-sharded only in the CPU
+// hierarchical mode on nodes of equal size; and which modes can run here.
 #include "collectives/all_reduce.h"
 
 #include "base/error.h"
