@@ -12,7 +12,7 @@ namespace tower::cli {
 // - help shows each option's default, captured from the variable the option is bound to
 //   ("[default: none]" for an empty one); a description that already names its default keeps it;
 // - CLI11's range checks (CLI::PositiveNumber, CLI::NonNegativeNumber, CLI::Range) say what was
-//   wrong and what to give instead, e.g. "--batch: 0 is not a positive integer; give 1 or more";
+//   wrong and what to give instead, e.g. "--batch: 0 is out of range; give 1 or more";
 // - a parse error prints "error: ..." and where to read the options.
 void apply_option_style(CLI::App& app);
 

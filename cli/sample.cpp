@@ -74,7 +74,8 @@ GptOptions gpt_options_of(const nlohmann::json& saved, const std::string& dir)
 }
 
 // Loads every parameter from the checkpoint's pieces, whatever the strategy that wrote them: whole
-// on rank 0 (replicated) or sliced over owners (parameter-server, async, sync-replicas).
+// on rank 0 (replicated; local-sgd's synced values) or sliced over owners (parameter-server, async,
+// sync-replicas).
 void load_parameters(GptModel& model, const std::string& dir, const nlohmann::json& manifest)
 {
 	std::vector<VariablePiece> saved;

@@ -13,7 +13,7 @@
 namespace tower::cli {
 
 struct BenchOptions {
-	std::string collective = "allreduce"; // allreduce, reduce_scatter, all_gather, broadcast, fusion
+	std::string collective = "allreduce"; // allreduce, reduce_scatter, all_gather, broadcast, fusion, wait
 	std::string mode = "all";
 	std::string dtype = "f32";
 	std::string op = "sum";

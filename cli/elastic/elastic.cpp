@@ -1,5 +1,6 @@
-// tower elastic: runs tower train under mpirun and, when a rank or a host is lost, relaunches it
-// from its latest checkpoint at the largest size left (docs/launch-and-observe.md, "Elastic").
+// tower elastic: runs tower train (or a program that checkpoints through tower) under mpirun and,
+// when a rank or a host is lost, relaunches it from its latest checkpoint at the largest size left
+// (docs/launch-and-observe.md, "Elastic").
 #include <algorithm>
 #include <atomic>
 #include <csignal>

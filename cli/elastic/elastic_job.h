@@ -13,9 +13,9 @@
 
 namespace tower::cli {
 
-// The lines a run prints for the launcher when TOWER_ELASTIC_GENERATION is set (rank 0 only;
-// runtime/observe/launcher_lines.h, tower train's and tower.torch's): "tower-elastic: resumed S" or
-// "tower-elastic: started", then "tower-elastic: step S" after every step. The launcher keeps
+// The lines a run prints for the launcher when TOWER_ELASTIC_GENERATION is set (one rank: tower
+// train's rank 0, tower.torch's first worker; runtime/observe/launcher_lines.h): "tower-elastic:
+// resumed S" or "tower-elastic: started", then "tower-elastic: step S" after every step. The launcher keeps
 // them out of the output it passes on.
 inline constexpr const char* elastic_line_prefix = launcher_line_prefix;
 

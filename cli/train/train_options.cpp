@@ -15,7 +15,8 @@ namespace tower::cli {
 namespace {
 
 // --allreduce auto (tower train's default) never picks a mode that cannot run here (hierarchical
-// needs even nodes); any other text is the row's.
+// needs ranks that share memory on the CPU, even nodes on GPUs; ring where every node holds one
+// rank); any other text is the row's.
 void set_all_reduce_mode(const TrainConfig& c, const Topology& topology, const Device& device, TrainerConfig* t)
 {
 	const auto given = c.given.find("allreduce");

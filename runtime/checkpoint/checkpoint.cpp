@@ -163,8 +163,8 @@ Checkpointer::Checkpointer(const Topology& topology, const CheckpointConfig& con
 
 void Checkpointer::check_directory_shared() const
 {
-	// Where ranks other than 0 write files into rank 0's step directories (the parameter-server
-	// owners), every one of them must see the directory rank 0 writes. Said at start, not at the
+	// Where ranks other than 0 write files into rank 0's step directories (the owner strategies'
+	// owners, every local-sgd rank), every one of them must see the directory rank 0 writes. Said at start, not at the
 	// first checkpoint: a host-local directory on each host looks fine until then.
 	if (!saving())
 		return;

@@ -1,5 +1,6 @@
 // The strategy's option table: how gradients are reduced (every strategy), the replicated
-// strategy's all-reduce, the owners' placement, async and sync-replicas, and the test hooks.
+// strategy's all-reduce, the owners' placement, async and sync-replicas, local-sgd's outer sync,
+// and the test hooks.
 #include <cerrno>
 #include <cstdlib>
 #include <limits>

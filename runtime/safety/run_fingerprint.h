@@ -8,7 +8,7 @@
 //
 // The options of a run are compared as their tables say (runtime/options/field_rules.h): each
 // field that must agree, named by its id in backquotes. The model, the data and the build are
-// described here; options that may differ are listed here too, each with why.
+// described here; options that may differ say so in their rows (Field::must_agree, Field::agreed).
 
 #include <string>
 #include <string_view>

@@ -78,8 +78,10 @@ public:
 	// needs no word (it then reduces everything in step()).
 	virtual GradReadyFn begin_final_backward() = 0;
 	// After the last backward pass: reduces the gradients, divides them by the loss scale and the
-	// micro-batch count, checks them for inf and NaN and applies the update, or skips it on every
-	// rank. Collective for the lock-step strategies; a server rank calls it with no backward.
+	// micro-batch count, checks them for inf and NaN and applies the update, or skips it: on every
+	// rank for replicated, parameter-server and local-sgd's syncs, on this worker alone for a
+	// local-sgd inner step (async, sync-replicas: the owner drops the gradient). Collective for the
+	// lock-step strategies; a server rank calls it with no backward.
 	virtual StepStats step(const StepRequest& request) = 0;
 
 	// Collective. Where the replicas train apart between syncs (local-sgd), takes the sync now so
@@ -106,7 +108,8 @@ public:
 	// call variables_restored() on every rank.
 	virtual std::vector<NamedTensor> variables() = 0;
 	// Whether this rank's variables() go into a checkpoint and are read back from one: rank 0's
-	// in replicated mode, each owner's in parameter-server mode.
+	// in replicated mode, each owner's under parameter-server, async and sync-replicas, every
+	// rank's under local-sgd.
 	virtual bool saves_variables() const = 0;
 	// Collective, after the saving ranks wrote a checkpoint's values into their variables():
 	// brings every other copy (replicas, the workers' parameters) in line.

@@ -67,8 +67,10 @@ struct StepStats {
 	double allreduce_s = 0;       // time inside all-reduce calls
 	double hidden_fraction = 0;   // the share of all-reduce time that ran during backward
 	size_t allreduce_bytes = 0;   // bytes all-reduced this step, in the type they travel in
-	bool skipped = false;         // a gradient was inf or NaN: no update (on every rank alike)
-	double grad_norm = 0;         // of the reduced, unscaled gradients (inf or NaN when skipped)
+	bool skipped = false;         // a gradient was inf or NaN: no update (every rank alike, except a
+				      // local-sgd inner step: that worker alone)
+	double grad_norm = 0;         // of the reduced (local-sgd: this worker's own), unscaled gradients
+				      // (inf or NaN when skipped)
 	double loss_scale_log2 = 0;   // the scale the step's loss gradient was multiplied by
 	int micro_batches = 1;        // backward passes that this update sums
 };
@@ -78,10 +80,11 @@ struct StrategyOptions {
 	GradientOptions gradients;       // every strategy
 	ReplicatedOptions replicated;    // replicated (local-sgd takes its all-reduce's mode and settings)
 	LocalSgdOptions local_sgd;       // local-sgd only
-	// parameter-server: 0 places the variables on every rank, which also trains; K > 0 makes
-	// ranks 0..K-1 servers that only hold variables and apply updates.
+	// parameter-server, async, sync-replicas: 0 places the variables on every rank, which also
+	// trains; K > 0 makes ranks 0..K-1 servers that only hold variables and apply updates.
 	int ps_ranks = 0;
-	// Moving averages of the variables after each applied update (every strategy); none when unset.
+	// Moving averages of the variables after each applied update (every strategy but local-sgd);
+	// none when unset.
 	std::optional<double> ema_decay;
 	// sync-replicas: gradients averaged into one update; 0 means one per worker.
 	int replicas_to_aggregate = 0;

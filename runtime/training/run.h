@@ -51,7 +51,8 @@ public:
 	Tower& tower() { return *tower_; }
 
 private:
-	// runtime/training/lockstep_loop.cpp: replicated and parameter-server, every rank in step.
+	// runtime/training/lockstep_loop.cpp: replicated, parameter-server and local-sgd, every rank in
+	// step.
 	nlohmann::json run_lockstep();
 	void train_step(int epoch, int64_t update_in_epoch);
 	const Batch& assemble(int epoch, int64_t micro_step);

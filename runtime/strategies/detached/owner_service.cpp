@@ -190,8 +190,8 @@ void OwnerService::take_gradient(int source, const PushHeader& h, const float* g
 
 void OwnerService::drop_nonfinite(int source, const PushHeader& h)
 {
-	// One worker's bad batch must not poison the variables every worker computes on (the
-	// lock-step strategies skip such a step on every rank; here only its gradient goes).
+	// One worker's bad batch must not poison the variables every worker computes on (replicated
+	// and parameter-server skip such a step on every rank; here only its gradient goes).
 	timeline::Span dropped("drop non-finite gradient", "update");
 	dropped.arg("tag", h.tag).arg("global_step", *s_.global_step);
 	++counters_.dropped_nonfinite;

@@ -14,7 +14,8 @@ namespace tower {
 
 // Who sends what to whom in one step (docs/strategies.md has the picture):
 //  1. every worker's gradient is summed into the owner of each slice (runtime/strategies/parameter_server/ps_transport.h:
-//     through shared memory when all ranks share a host, else an MPI reduce per owner);
+//     through shared memory when all ranks share a host, on the CPU, uncompressed; else an MPI
+//     reduce per owner);
 //  2. each owner un-scales its reduced share and adds its sum of squares to one number summed
 //     over the ranks, so every rank learns the global norm and whether any value is inf or NaN;
 //  3. unless that number is non-finite, each owner applies the optimizer to its share (its

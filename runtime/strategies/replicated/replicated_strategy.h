@@ -1,5 +1,5 @@
-// The replicated strategy: every rank holds the whole model and optimizer, kept in lock-step by
-// the replicated engine's fused all-reduce.
+// The replicated strategy: every rank sees the whole model and optimizer (one copy per node when
+// the update is sharded), kept in lock-step by the replicated engine's fused all-reduce.
 #pragma once
 
 #include <memory>

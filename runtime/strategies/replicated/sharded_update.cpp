@@ -1,5 +1,5 @@
 // The optimizer step split across the replicas of one node: each rank reduces, checks and updates
-// one shard of the gradients, parameters and optimizer state, and writes it into every replica.
+// one shard of the gradients, parameters and optimizer state, in the node's one shared copy.
 #include "runtime/strategies/replicated/sharded_update.h"
 
 #include <algorithm>
