@@ -1,4 +1,5 @@
-// Post-init broadcast of the root's (by default rank 0's) named tensors, guarded by a signature check across ranks.
+// Post-init broadcast of the root's (by default rank 0's) named tensors, guarded by a signature
+// check across ranks.
 #include "collectives/broadcast_named.h"
 
 #include "collectives/transports/communicator.h"

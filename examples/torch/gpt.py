@@ -123,7 +123,8 @@ def main():
                    help="replicated (torch's AdamW applies the reduced gradients on every rank), parameter-server "
                         "(each variable's owner applies torch's AdamW rule), sync-replicas or async (the owners "
                         "apply the gradients as they arrive), local-sgd (each rank applies torch's AdamW rule "
-                        "alone and the ranks average their moves every 50 steps, and once at the end)")
+                        "alone; every 50 steps, and once at the end, the ranks' mean move goes through DiLoCo's "
+                        "Nesterov outer step)")
     p.add_argument("--checkpoint-every", type=int, default=0, help="save every K steps (0: never)")
     p.add_argument("--checkpoint-dir", default=None, help="default: $TOWER_CHECKPOINT_DIR (tower elastic sets it)")
     p.add_argument("--resume", action="store_true", help="resume the latest checkpoint (tower elastic: automatic)")

@@ -64,10 +64,11 @@ public:
 	void zero_grad();
 	// Collective: waits for every gradient's reduction and checks the result (replicated only).
 	ReduceResult synchronize();
-	// Collective under the lock-step strategies: synchronize() unless the program did, then the
-	// wrapped optimizer's step unless a reduced gradient was inf or NaN (then no rank applies it);
-	// under the other strategies, tower's update of every group (the owners', or under local-sgd
-	// each worker's). True when applied (every group's).
+	// replicated (collective): synchronize() unless the program did, then the wrapped optimizer's
+	// step unless a reduced gradient was inf or NaN (then no rank applies it). parameter-server
+	// (collective), async and sync-replicas (not collective): the owners' update of every group.
+	// local-sgd: each worker's own update (collective in its warm-up steps and at its syncs).
+	// True when applied (every group's).
 	bool step();
 	// async and sync-replicas: whether the chief granted this rank another step (always true
 	// under the lock-step strategies).

@@ -38,9 +38,9 @@ struct ReducerOptions {
 	// replicated the adapter never shards the update: the torch optimizer applies it on every rank.
 	StrategyOptions strategy;
 	// The update rule: `none` under replicated (the wrapped torch optimizer applies it); under the
-	// other strategies the owners (local-sgd: each worker) apply this one (the front end derives it from the torch
-	// optimizer's parameter group, with PyTorch's Adam arithmetic) and every rank receives the
-	// new values.
+	// other strategies the owners (local-sgd: each worker) apply this one (the front end derives it
+	// from the torch optimizer's parameter group, with PyTorch's Adam arithmetic) and every rank
+	// receives the new values (local-sgd: only at its syncs).
 	OptimizerConfig optimizer = none_optimizer();
 	// Horovod's backward_passes_per_step: the passes summed locally before one reduction.
 	int backward_passes_per_step = 1;
@@ -80,8 +80,8 @@ public:
 	GradientReducer(const GradientReducer&) = delete;
 	GradientReducer& operator=(const GradientReducer&) = delete;
 
-	// Collective under the lock-step strategies: reports the gradients no hook reported (a parameter this rank did not use adds
-	// zeros), waits for every bucket, and checks the result. Parameters no rank used keep the
+	// Collective under replicated and parameter-server (and local-sgd's warm-up steps and syncs):
+	// reports the gradients no hook reported (a parameter this rank did not use adds zeros), waits for every bucket, and checks the result. Parameters no rank used keep the
 	// gradient torch left them (none, if they never had one), so the torch optimizer treats
 	// them as it would alone. Where the owners apply the update (applies_update()), they apply it
 	// with learning rate `lr` and every rank's parameters hold the new values on return.

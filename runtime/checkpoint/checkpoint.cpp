@@ -163,9 +163,10 @@ Checkpointer::Checkpointer(const Topology& topology, const CheckpointConfig& con
 
 void Checkpointer::check_directory_shared() const
 {
-	// Where ranks other than 0 write files into rank 0's step directories (the owner strategies'
-	// owners, every local-sgd rank), every one of them must see the directory rank 0 writes. Said at start, not at the
-	// first checkpoint: a host-local directory on each host looks fine until then.
+	// Where ranks other than 0 write files into rank 0's step directories (the owner
+	// strategies' owners, every local-sgd rank), every one of them must see the directory rank
+	// 0 writes. Said at start, not at the first checkpoint: a host-local directory on each host
+	// looks fine until then.
 	if (!saving())
 		return;
 	const int64_t others_save = all_reduce_scalar(topology_.world(),

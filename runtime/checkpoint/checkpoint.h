@@ -56,8 +56,9 @@ nlohmann::json verify_checkpoint(const std::string& step_dir);
 class Checkpointer {
 public:
 	// Saves and restores every part of the program: its optimizers, or the state another
-	// framework keeps (each part's variables carry its name); they and `topology` must outlive it. `strategy_name` is recorded in the manifest; a
-	// resume under another strategy (or world size) is announced, not refused. `say` prints a line on rank 0.
+	// framework keeps (each part's variables carry its name); they and `topology` must outlive
+	// it. `strategy_name` is recorded in the manifest; a resume under another strategy (or
+	// world size) is announced, not refused. `say` prints a line on rank 0.
 	Checkpointer(const Topology& topology, const CheckpointConfig& config, std::vector<Checkpointed*> parts,
 		     std::string strategy_name, std::function<void(const std::string&)> say);
 	// Waits for a checkpoint still being written (not collective: it completes this rank's part).

@@ -79,9 +79,10 @@ public:
 	virtual GradReadyFn begin_final_backward() = 0;
 	// After the last backward pass: reduces the gradients, divides them by the loss scale and the
 	// micro-batch count, checks them for inf and NaN and applies the update, or skips it: on every
-	// rank for replicated, parameter-server and local-sgd's syncs, on this worker alone for a
-	// local-sgd inner step (async, sync-replicas: the owner drops the gradient). Collective for the
-	// lock-step strategies; a server rank calls it with no backward.
+	// rank for replicated, parameter-server and local-sgd's warm-up steps and syncs, on this worker
+	// alone for a local-sgd inner step (async, sync-replicas: the owner drops the gradient).
+	// Collective for replicated, parameter-server and local-sgd's warm-up steps and syncs; a server
+	// rank calls it with no backward.
 	virtual StepStats step(const StepRequest& request) = 0;
 
 	// Collective. Where the replicas train apart between syncs (local-sgd), takes the sync now so

@@ -1,5 +1,5 @@
 // Launchers of tower's CUDA kernels (models/kernels/cuda/*.cu); all run on the calling thread's stream
-// (base/device/stream.h).
+// (base/device/thread_stream.h).
 #pragma once
 
 #include <cstdint>

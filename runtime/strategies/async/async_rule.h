@@ -13,8 +13,9 @@ namespace tower {
 //
 // Two remedies for staleness (docs/stragglers.md):
 // - `async_staleness` scale (AsyncStaleness::scale; off by default): a gradient of staleness s
-//   takes at most 1/(s + 1) of the rate (Zhang et al., "Staleness-aware Async-SGD", 2016). With the 1/workers scale the factor
-//   is 1/max(workers, s + 1): a gradient no staler than a round-robin turn keeps 1/workers.
+//   takes at most 1/(s + 1) of the rate (Zhang et al., "Staleness-aware Async-SGD", 2016). With
+//   the 1/workers scale the factor is 1/max(workers, s + 1): a gradient no staler than a
+//   round-robin turn keeps 1/workers.
 // - max_staleness >= 0: the chief grants a token only when no gradient in flight could arrive
 //   more than that many updates late (bounded staleness, as in stale-synchronous parallel); the
 //   asking worker waits until enough of them have arrived. 0 is lock-step sequential SGD; -1,
