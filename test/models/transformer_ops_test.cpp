@@ -249,6 +249,15 @@ TEST_CASE("GELU and its slope match float64 over a wide range, large inputs incl
 	Tensor out = Tensor::empty({2}, DType::f32, Device{});
 	ops.gelu_forward(huge, out);
 	check_near(out, {1e30, 0.0}, 1e-6, "gelu of huge inputs");
+	// A NaN stays NaN both ways (the AVX-512 loop clamps exp's argument, which a NaN passes as -87.3).
+	const Tensor nan = Tensor::from_host({std::nanf(""), 1.0f}, {2}, Device{});
+	const Tensor nan_dy = Tensor::from_host({1.0f, std::nanf("")}, {2}, Device{});
+	Tensor nan_dx = Tensor::empty({2}, DType::f32, Device{});
+	ops.gelu_forward(nan, out);
+	ops.gelu_backward(nan, nan_dy, nan_dx);
+	CHECK(std::isnan(out.to_host_f32()[0]));
+	CHECK(std::isnan(nan_dx.to_host_f32()[0]));
+	CHECK(std::isnan(nan_dx.to_host_f32()[1])); // dy is NaN there
 }
 
 TEST_CASE("the causal softmax sees only the past, and its gradient matches float64")

@@ -1,6 +1,8 @@
 // Loops over f32 arrays that call exp, written and compiled so that GCC vectorizes them.
 #include "models/kernels/cpu/vector_math.h"
 
+#include "models/kernels/cpu/gelu_avx512.h"
+
 // GCC if-converts the clamps below into vector min/max only when it may assume floating-point
 // comparisons raise no exception that a program could observe; the results are the same bits.
 #if defined(__GNUC__) && !defined(__clang__)
@@ -66,6 +68,8 @@ constexpr float gelu_c = 0.044715f;
 
 TOWER_WIDE_CLONES void gelu_f32(const float* __restrict x, float* __restrict y, int64_t n)
 {
+	if (gelu_avx512_available())
+		return gelu_f32_avx512(x, y, n);
 	for (int64_t i = 0; i < n; ++i) {
 		const float v = x[i];
 		y[i] = 0.5f * v * (1.0f + vector_tanh(gelu_k * (v + gelu_c * v * v * v)));
@@ -74,6 +78,8 @@ TOWER_WIDE_CLONES void gelu_f32(const float* __restrict x, float* __restrict y, 
 
 TOWER_WIDE_CLONES void gelu_backward_f32(const float* __restrict x, const float* __restrict dy, float* __restrict dx, int64_t n)
 {
+	if (gelu_avx512_available())
+		return gelu_backward_f32_avx512(x, dy, dx, n);
 	for (int64_t i = 0; i < n; ++i) {
 		const float v = x[i];
 		const float t = vector_tanh(gelu_k * (v + gelu_c * v * v * v));

@@ -7,7 +7,8 @@
 
 namespace tower {
 
-// y = GELU(x), tanh form; dx = dy * GELU'(x).
+// y = GELU(x), tanh form; dx = dy * GELU'(x). Where gelu_avx512_available(), by gelu_avx512.cpp's
+// loops (the logistic form, no division: other bits than the loops here).
 void gelu_f32(const float* x, float* y, int64_t n);
 void gelu_backward_f32(const float* x, const float* dy, float* dx, int64_t n);
 // y[i] = e^(scale * (x[i] - shift)); scale * (x[i] - shift) must be <= 0 (a softmax row's maximum

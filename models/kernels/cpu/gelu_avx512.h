@@ -1,0 +1,15 @@
+// GELU (tanh form) and its gradient on AVX-512: gelu_f32's path where the build and CPU allow.
+#pragma once
+
+#include <cstdint>
+
+namespace tower {
+
+// Whether this build (GCC on x86-64) and CPU (own_avx512_allowed()) run the two below.
+bool gelu_avx512_available();
+
+// y = GELU(x); dx = dy * GELU'(x). Within a few units in the last place of the float64 values.
+void gelu_f32_avx512(const float* x, float* y, int64_t n);
+void gelu_backward_f32_avx512(const float* x, const float* dy, float* dx, int64_t n);
+
+} // namespace tower
