@@ -131,14 +131,20 @@ void rows_product(const RowsProduct& t)
 
 // The sum of x[0 .. n) (of x[j] y[j] with y) in sixteen lanes, as vector_math.h's lane_sum (whose
 // instances are compiled for the default target, and would call a lambda from here per element).
+// The lanes in one register: GCC kept them as sixteen scalars, a load and a multiply-add each.
 inline float sum16(const float* x, const float* y, int64_t n)
 {
 	constexpr int64_t lanes = 16;
-	float s[lanes] = {};
+	__m512 acc = _mm512_setzero_ps();
 	int64_t j = 0;
-	for (; j + lanes <= n; j += lanes)
-		for (int64_t l = 0; l < lanes; ++l)
-			s[l] += y != nullptr ? x[j + l] * y[j + l] : x[j + l];
+	if (y != nullptr)
+		for (; j + lanes <= n; j += lanes)
+			acc = _mm512_fmadd_ps(_mm512_loadu_ps(x + j), _mm512_loadu_ps(y + j), acc);
+	else
+		for (; j + lanes <= n; j += lanes)
+			acc = _mm512_add_ps(acc, _mm512_loadu_ps(x + j));
+	alignas(64) float s[lanes];
+	_mm512_store_ps(s, acc);
 	for (; j < n; ++j)
 		s[0] += y != nullptr ? x[j] * y[j] : x[j];
 	for (int64_t width = lanes / 2; width > 0; width /= 2)
@@ -148,15 +154,16 @@ inline float sum16(const float* x, const float* y, int64_t n)
 }
 
 // The maximum of row[0 .. n) in sixteen lanes (one running maximum waits on each comparison).
+// _mm512_max_ps(r, m) is std::max(m, r): r where r > m, else m (a NaN in r leaves m).
 inline float lane_max(const float* row, int64_t n)
 {
 	constexpr int64_t lanes = 16;
-	float m[lanes];
-	std::fill_n(m, lanes, row[0]);
+	__m512 acc = _mm512_set1_ps(row[0]);
 	int64_t j = 0;
 	for (; j + lanes <= n; j += lanes)
-		for (int64_t l = 0; l < lanes; ++l)
-			m[l] = std::max(m[l], row[j + l]);
+		acc = _mm512_max_ps(_mm512_loadu_ps(row + j), acc);
+	alignas(64) float m[lanes];
+	_mm512_store_ps(m, acc);
 	for (; j < n; ++j)
 		m[0] = std::max(m[0], row[j]);
 	return *std::max_element(m, m + lanes);
@@ -226,10 +233,16 @@ void transpose_into(const float* m, int64_t ld, int64_t t, int64_t d, float* out
 // at the default GPT, dy's 1 KiB): read as a product's b rows there, they fall into 4 of the L1
 // cache's 64 sets, which hold 12 lines each, and every tile read its rows again from L2. Packed,
 // the 32 KiB spread over every set and stay.
+// Whole vectors in registers: a call to memmove per row of 64 floats cost more than the copy.
 void copy_rows(const float* m, int64_t ld, int64_t t, int64_t d, float* out)
 {
-	for (int64_t i = 0; i < t; ++i)
-		std::copy_n(m + i * ld, d, out + i * d);
+	const int64_t d16 = d / 16 * 16;
+	for (int64_t i = 0; i < t; ++i) {
+		for (int64_t e = 0; e < d16; e += 16)
+			_mm512_storeu_ps(out + i * d + e, _mm512_loadu_ps(m + i * ld + e));
+		for (int64_t e = d16; e < d; ++e)
+			out[i * d + e] = m[i * ld + e];
+	}
 }
 
 // n rounded up to whole vectors of 16, at most t.
