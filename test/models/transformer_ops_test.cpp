@@ -220,8 +220,8 @@ TEST_CASE("layernorm forward and its three gradients match float64")
 	check_near(db, want_db, 1e-6, "layernorm dbeta");
 }
 
-// (Past |x| ~ 1e12, x^3 overflows f32: GELU is still x or 0, but its slope is NaN, as in PyTorch's
-// tanh form; large inputs here stay below that for the slope.)
+// (Past |x| ~ 1.8e19, x^2 overflows f32: GELU is still x or 0, but its slope turns NaN, on one side
+// or both, as PyTorch's tanh form does; large inputs here stay below that for the slope.)
 TEST_CASE("GELU and its slope match float64 over a wide range, large inputs included")
 {
 	const Ops& ops = ops_for(Device{});

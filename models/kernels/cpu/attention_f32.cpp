@@ -17,9 +17,11 @@
 #define TOWER_ATTENTION_KERNELS 1
 // GCC 12's intrinsics pass an undefined vector through their unused mask lanes, which it then
 // reports as a read of an uninitialized value (its bug 105593).
+#pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
+#pragma GCC diagnostic pop
 
 #include <algorithm>
 #include <cmath>

@@ -8,6 +8,8 @@
 
 namespace tower {
 
+#if defined(__x86_64__) && defined(__GNUC__)
+
 namespace {
 
 bool isa_capped_below_avx512()
@@ -25,12 +27,17 @@ bool isa_capped_below_avx512()
 
 bool own_avx512_allowed()
 {
-#if defined(__x86_64__) && defined(__GNUC__)
 	static const bool allowed = __builtin_cpu_supports("avx512f") && !isa_capped_below_avx512();
 	return allowed;
-#else
-	return false;
-#endif
 }
+
+#else // not x86-64: no AVX-512
+
+bool own_avx512_allowed()
+{
+	return false;
+}
+
+#endif
 
 } // namespace tower
