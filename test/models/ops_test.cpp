@@ -543,6 +543,47 @@ TEST_CASE("softmax cross-entropy: loss, correct count and gradient against float
 	CHECK_THROWS_WITH_AS(ops.softmax_xent_forward(logits, lt, probs), doctest::Contains("label 3 of sample 3"), Error);
 }
 
+TEST_CASE("softmax cross-entropy on wide rows: vectors and their tails, ties, and a NaN logit")
+{
+	const Ops& ops = ops_for(Device{});
+	for (const int64_t k : {17, 256, 301}) {
+		CAPTURE(k);
+		const int64_t rows = 5;
+		std::vector<float> z = seeded_uniform("xent", static_cast<uint64_t>(k), rows * k, 20.0f);
+		z[1 * k + k - 1] = z[1 * k + 3] = 40.0f; // a tie: the first of the two is the prediction
+		z[2 * k + 1] = -std::numeric_limits<float>::infinity(); // not row 2's label
+		std::vector<int32_t> labels(rows);
+		for (int64_t b = 0; b < rows; ++b)
+			labels[b] = static_cast<int32_t>((b * 7 + 3) % k);
+		labels[1] = 3;
+		Tensor lt = Tensor::empty({rows}, DType::i32, Device{});
+		std::copy(labels.begin(), labels.end(), lt.data_as<int32_t>());
+		const Tensor logits = Tensor::from_host(z, {rows, k}, Device{});
+		const Tensor probs = Tensor::zeros({rows, k}, DType::f32, Device{});
+		const XentResult r = ops.softmax_xent_forward(logits, lt, probs);
+		const Vec zd = to_double(z);
+		CHECK(r.loss == doctest::Approx(ref_xent(zd, labels, k)).epsilon(1e-5));
+		int64_t correct = 0;
+		for (int64_t b = 0; b < rows; ++b)
+			correct += std::max_element(z.begin() + b * k, z.begin() + (b + 1) * k) - (z.begin() + b * k) == labels[b];
+		CHECK(r.correct == correct);
+		CHECK(correct >= 1);
+		const std::vector<float> p = probs.to_host_f32();
+		for (int64_t b = 0; b < rows; ++b) {
+			double top = zd[b * k], sum = 0;
+			for (int64_t j = 0; j < k; ++j)
+				top = std::max(top, zd[b * k + j]);
+			for (int64_t j = 0; j < k; ++j)
+				sum += std::exp(zd[b * k + j] - top);
+			for (int64_t j = 0; j < k; ++j)
+				CHECK(p[b * k + j] == doctest::Approx(std::exp(zd[b * k + j] - top) / sum).epsilon(1e-5).scale(1e-30));
+		}
+		z[4 * k + k / 2] = std::numeric_limits<float>::quiet_NaN();
+		const XentResult bad = ops.softmax_xent_forward(Tensor::from_host(z, {rows, k}, Device{}), lt, probs);
+		CHECK(std::isnan(bad.loss));
+	}
+}
+
 TEST_CASE("the CUDA backend is a clear error in a CPU-only build")
 {
 	if (TOWER_HAVE_CUDA)
