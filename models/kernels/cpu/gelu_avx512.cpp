@@ -43,13 +43,15 @@ constexpr float exp_clamp = 88.0f;
 
 inline __m512 splat(float v) { return _mm512_set1_ps(v); }
 
-// e^x for x <= 88, the steps of vector_math.cpp's vector_exp: x = n ln2 + r, e^r by a degree-6
-// polynomial, 2^n put into the exponent bits; x clamped below at -87.3 (a NaN becomes -87.3).
+// e^x, the steps of vector_math.cpp's vector_exp: x = n ln2 + r, e^r by a degree-6 polynomial, then
+// scaled by 2^n (VSCALEFPS, one instruction where the exponent bits took four). x is clamped below
+// at -87.3 (a NaN becomes -87.3), not above: lanes past 88 come out infinite or NaN, and the caller
+// masks them.
 inline __m512 exp16(__m512 x)
 {
-	x = _mm512_min_ps(_mm512_max_ps(x, splat(-87.3f)), splat(exp_clamp));
-	const __m512 shifter = splat(12582912.0f); // 1.5 * 2^23: adding and subtracting it rounds
-	const __m512 n = _mm512_sub_ps(_mm512_fmadd_ps(x, splat(1.44269504088896341f), shifter), shifter);
+	x = _mm512_max_ps(x, splat(-87.3f));
+	const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, splat(1.44269504088896341f)),
+					      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
 	__m512 r = _mm512_fnmadd_ps(n, splat(0.693359375f), x);
 	r = _mm512_fnmadd_ps(n, splat(-2.12194440e-4f), r);
 	__m512 p = splat(1.9875691500e-4f);
@@ -59,9 +61,7 @@ inline __m512 exp16(__m512 x)
 	p = _mm512_fmadd_ps(p, r, splat(1.6666665459e-1f));
 	p = _mm512_fmadd_ps(p, r, splat(5.0000001201e-1f));
 	p = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(p, r), r, r), splat(1.0f));
-	const __m512i n_int = _mm512_cvttps_epi32(n);
-	const __m512i scale = _mm512_slli_epi32(_mm512_add_epi32(n_int, _mm512_set1_epi32(127)), 23);
-	return _mm512_mul_ps(p, _mm512_castsi512_ps(scale));
+	return _mm512_scalef_ps(p, n);
 }
 
 // s = 1 / (1 + e^{-2u}) at u = sqrt(2/pi) (v + 0.044715 v^3), and the lanes where e^{-2u} would
@@ -73,9 +73,10 @@ struct Logistic {
 
 inline Logistic logistic_of_gelu(__m512 v)
 {
-	const __m512 cubic = _mm512_mul_ps(splat(gelu_c), _mm512_mul_ps(v, v));
-	const __m512 u = _mm512_mul_ps(splat(gelu_k), _mm512_fmadd_ps(cubic, v, v));
-	const __m512 t = _mm512_mul_ps(u, splat(-2.0f));
+	// -2u = (-2 sqrt(2/pi) 0.044715) v^2 v + (-2 sqrt(2/pi)) v, the constants folded.
+	const __m512 v2 = _mm512_mul_ps(v, v);
+	const __m512 t = _mm512_fmadd_ps(_mm512_mul_ps(v2, splat(-2.0f * gelu_k * gelu_c)), v,
+					 _mm512_mul_ps(v, splat(-2.0f * gelu_k)));
 	const __m512 d = _mm512_add_ps(exp16(t), splat(1.0f));
 	__m512 s = _mm512_rcp14_ps(d);
 	s = _mm512_mul_ps(s, _mm512_fnmadd_ps(d, s, splat(2.0f)));
