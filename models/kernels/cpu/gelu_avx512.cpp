@@ -6,7 +6,8 @@
 // with u = sqrt(2/pi) (x + 0.044715 x^3) (the same function: 1 + tanh(u) = 2 / (1 + e^{-2u})), and
 // the reciprocal is VRCP14PS's estimate (relative error below 2^-14) refined by one Newton step:
 // 0.31 ns an element (the gradient 0.42 against 0.53), and within 6e-7 of float64 where the
-// division's form was within 1.2e-5 (relative, on [-3, 3]).
+// division's form was within 1.2e-5 (relative, on [-3, 3]). 2^n by VSCALEFPS and the constants
+// folded took it to 0.24 (the gradient 0.33) from DRAM, where a plain copy takes 0.20.
 #include "models/kernels/cpu/gelu_avx512.h"
 
 #include "base/error.h"
