@@ -53,25 +53,21 @@ const Tensor& TransformerBlock::forward(const Tensor& x, int64_t batch)
 {
 	const Ops& ops = ops_for(x.device());
 	// Each residual add goes into the projection's own output, which its backward never reads
-	// (no activation), so the stream costs one pass and no buffer of its own.
+	// (no activation), so the stream costs no buffer of its own; the first is made in ln2's pass.
 	const Tensor& a = attn_.forward(ln1_.forward(x), batch);
-	ops.accumulate(1.0f, x, a);
-	const Tensor& m = proj_.forward(fc_.forward(ln2_.forward(a)));
+	const Tensor& m = proj_.forward(fc_.forward(ln2_.forward_add(a, x)));
 	ops.accumulate(1.0f, a, m);
 	return m;
 }
 
 const Tensor& TransformerBlock::backward(const Tensor& dy, const BackwardArgs& args)
 {
-	const Ops& ops = ops_for(dy.device());
 	BackwardArgs inner = args;
 	inner.need_input_grad = true;
-	// d(mid) = dy + the MLP branch's gradient, added into LayerNorm's own dx buffer (likewise below).
-	const Tensor& dmid = ln2_.backward(fc_.backward(proj_.backward(dy, inner), inner), inner);
-	ops.accumulate(1.0f, dy, dmid);
-	const Tensor& dx = ln1_.backward(attn_.backward(dmid, inner), inner);
-	ops.accumulate(1.0f, dmid, dx);
-	return dx;
+	// d(mid) = dy + the MLP branch's gradient, added in LayerNorm's pass into its own dx buffer
+	// (likewise below).
+	const Tensor& dmid = ln2_.backward_add(fc_.backward(proj_.backward(dy, inner), inner), dy, inner);
+	return ln1_.backward_add(attn_.backward(dmid, inner), dmid, inner);
 }
 
 } // namespace tower

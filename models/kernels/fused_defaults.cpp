@@ -18,4 +18,21 @@ void Ops::gelu_backward_bias_grad(const Tensor& x, const Tensor& dy, const Tenso
 	bias_grad(dx, db, 1, accumulate);
 }
 
+void Ops::add_layernorm_forward(const Tensor& a, const Tensor& b, const Tensor& gamma, const Tensor& beta, float eps,
+				const Tensor& sum, const Tensor& y, const Tensor& mean, const Tensor& rstd) const
+{
+	if (sum.data() != a.data())
+		cast(a, sum, false);
+	accumulate(1.0f, b, sum);
+	layernorm_forward(sum, gamma, beta, eps, y, mean, rstd);
+}
+
+void Ops::layernorm_backward_add(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+				 const Tensor& rstd, const Tensor& residual, const Tensor& dx, const Tensor& dgamma,
+				 const Tensor& dbeta, bool accumulate) const
+{
+	layernorm_backward(dy, x, gamma, mean, rstd, dx, dgamma, dbeta, accumulate);
+	this->accumulate(1.0f, residual, dx);
+}
+
 } // namespace tower

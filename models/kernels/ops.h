@@ -178,6 +178,17 @@ public:
 	virtual void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
 					const Tensor& rstd, const Tensor& dx, const Tensor& dgamma,
 					const Tensor& dbeta, bool accumulate) const = 0;
+	// The residual adds around a pre-LayerNorm block's normalizations, each in the pass of the
+	// LayerNorm beside it. Forward: sum = a + b (sum may be a itself), then layernorm_forward of
+	// sum. Backward: layernorm_backward, then dx += residual. The CPU does both in one pass over
+	// the rows for f32 (the same bits as the parts); by default (fused_defaults.cpp, what CUDA and
+	// the 16-bit types run) the parts, accumulate and layernorm_*, one after the other.
+	virtual void add_layernorm_forward(const Tensor& a, const Tensor& b, const Tensor& gamma, const Tensor& beta,
+					   float eps, const Tensor& sum, const Tensor& y, const Tensor& mean,
+					   const Tensor& rstd) const;
+	virtual void layernorm_backward_add(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+					    const Tensor& rstd, const Tensor& residual, const Tensor& dx,
+					    const Tensor& dgamma, const Tensor& dbeta, bool accumulate) const;
 
 	// GELU, tanh form (GPT-2's): y = x/2 (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); dx from x and dy.
 	virtual void gelu_forward(const Tensor& x, const Tensor& y) const = 0;

@@ -220,6 +220,53 @@ TEST_CASE("layernorm forward and its three gradients match float64")
 	check_near(db, want_db, 1e-6, "layernorm dbeta");
 }
 
+TEST_CASE("the residual adds beside layernorm are the parts' bits, in place, in f32 and bf16")
+{
+	const Ops& ops = ops_for(Device{});
+	const int64_t rows = 7, c = 40; // a row of two vectors and a tail
+	const float eps = 1e-5f;
+	for (const DType type : {DType::f32, DType::bf16}) {
+		CAPTURE(dtype_name(type));
+		const auto of = [&](const char* name) {
+			Tensor t = Tensor::empty({rows, c}, type, Device{});
+			ops.cast(random_tensor({rows, c}, name), t, false);
+			return t;
+		};
+		const Tensor a = of("a"), b = of("b"), dy = of("dy"), residual = of("res");
+		const Tensor gamma = random_tensor({c}, "g"), beta = random_tensor({c}, "b");
+		const auto empty = [&](const Shape& shape, DType t) { return Tensor::empty(shape, t, Device{}); };
+		// The parts: a copy of a, b added, normalized; its backward, then the residual added.
+		const Tensor sum = empty({rows, c}, type), y = empty({rows, c}, type), mean = empty({rows}, DType::f32),
+			     rstd = empty({rows}, DType::f32), dx = empty({rows, c}, type);
+		const Tensor dg = empty({c}, DType::f32), db = empty({c}, DType::f32);
+		ops.cast(a, sum, false);
+		ops.accumulate(1.0f, b, sum);
+		ops.layernorm_forward(sum, gamma, beta, eps, y, mean, rstd);
+		ops.layernorm_backward(dy, sum, gamma, mean, rstd, dx, dg, db, false);
+		ops.accumulate(1.0f, residual, dx);
+		// Fused, the sum written over a copy of a.
+		const Tensor fused_sum = empty({rows, c}, type), fy = empty({rows, c}, type), fmean = empty({rows}, DType::f32),
+			     frstd = empty({rows}, DType::f32), fdx = empty({rows, c}, type);
+		const Tensor fdg = empty({c}, DType::f32), fdb = empty({c}, DType::f32);
+		ops.cast(a, fused_sum, false);
+		ops.add_layernorm_forward(fused_sum, b, gamma, beta, eps, fused_sum, fy, fmean, frstd);
+		ops.layernorm_backward_add(dy, fused_sum, gamma, fmean, frstd, residual, fdx, fdg, fdb, false);
+		for (const auto& [got, want] : {std::pair{fused_sum, sum}, {fy, y}, {fmean, mean}, {frstd, rstd}, {fdx, dx},
+						{fdg, dg}, {fdb, db}})
+			CHECK(got.to_host_f32() == want.to_host_f32());
+		// Into another buffer, a left as it was.
+		const Tensor other = empty({rows, c}, type);
+		ops.add_layernorm_forward(a, b, gamma, beta, eps, other, fy, fmean, frstd);
+		CHECK(other.to_host_f32() == sum.to_host_f32());
+		CHECK(a.to_host_f32() != sum.to_host_f32());
+		// A b of another shape: the f32 kernel names the add, the parts name accumulate.
+		Tensor wide = Tensor::empty({rows, c + 1}, type, Device{});
+		ops.fill(wide, 1.0f);
+		CHECK_THROWS_WITH_AS(ops.add_layernorm_forward(a, wide, gamma, beta, eps, other, fy, fmean, frstd),
+				     doctest::Contains(type == DType::f32 ? "residual add" : "accumulate"), Error);
+	}
+}
+
 // (Past |x| ~ 1.8e19, x^2 overflows f32: GELU is still x or 0, but its slope turns NaN, on one side
 // or both, as PyTorch's tanh form does; large inputs here stay below that for the slope.)
 TEST_CASE("GELU and its slope match float64 over a wide range, large inputs included")

@@ -42,6 +42,11 @@ public:
 	void layernorm_backward(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
 				const Tensor& rstd, const Tensor& dx, const Tensor& dgamma, const Tensor& dbeta,
 				bool accumulate) const override;
+	void add_layernorm_forward(const Tensor& a, const Tensor& b, const Tensor& gamma, const Tensor& beta, float eps,
+				   const Tensor& sum, const Tensor& y, const Tensor& mean, const Tensor& rstd) const override;
+	void layernorm_backward_add(const Tensor& dy, const Tensor& x, const Tensor& gamma, const Tensor& mean,
+				    const Tensor& rstd, const Tensor& residual, const Tensor& dx, const Tensor& dgamma,
+				    const Tensor& dbeta, bool accumulate) const override;
 	void gelu_forward(const Tensor& x, const Tensor& y) const override;
 	void gelu_backward(const Tensor& x, const Tensor& dy, const Tensor& dx) const override;
 	void causal_attention_forward(const Tensor& qkv, int64_t batch, int64_t heads, const Tensor& scores,
