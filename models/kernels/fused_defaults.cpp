@@ -1,5 +1,6 @@
-// The fused operations' defaults: their parts one after another, for a backend without a fused
-// kernel (CUDA today). The results are those of the parts, rounded between them.
+// The fused operations' defaults: their parts one after another, for a backend or a type without a
+// fused kernel (CUDA; on the CPU the 16-bit residual adds). The results are those of the parts,
+// rounded between them.
 #include "models/kernels/ops.h"
 
 namespace tower {

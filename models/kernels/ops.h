@@ -182,7 +182,8 @@ public:
 	// LayerNorm beside it. Forward: sum = a + b (sum may be a itself), then layernorm_forward of
 	// sum. Backward: layernorm_backward, then dx += residual. The CPU does both in one pass over
 	// the rows for f32 (the same bits as the parts); by default (fused_defaults.cpp, what CUDA and
-	// the 16-bit types run) the parts, accumulate and layernorm_*, one after the other.
+	// the 16-bit types run) the parts, accumulate and layernorm_*, one after the other. Only a and
+	// sum may share memory: not b and sum, not y and sum, not dx and dy or residual.
 	virtual void add_layernorm_forward(const Tensor& a, const Tensor& b, const Tensor& gamma, const Tensor& beta,
 					   float eps, const Tensor& sum, const Tensor& y, const Tensor& mean,
 					   const Tensor& rstd) const;

@@ -8,6 +8,7 @@
 
 #include "models/kernels/cpu/cpu_threads.h"
 #include "models/kernels/cpu/dnnl_cpu.h"
+#include "models/kernels/cpu/vector_math.h"
 #include "models/init.h"
 #include "models/layers/workspace.h"
 #include "models/kernels/ops.h"
@@ -552,10 +553,15 @@ TEST_CASE("softmax cross-entropy on wide rows: vectors and their tails, ties, an
 		std::vector<float> z = seeded_uniform("xent", static_cast<uint64_t>(k), rows * k, 20.0f);
 		z[1 * k + k - 1] = z[1 * k + 3] = 40.0f; // a tie: the first of the two is the prediction
 		z[2 * k + 1] = -std::numeric_limits<float>::infinity(); // not row 2's label
+		const int64_t last_vector_lane = k / 16 * 16 - 1, tail = k - 1;
+		z[0 * k + last_vector_lane] = 30.0f; // unique maxima in the last whole vector and in the tail
+		z[3 * k + tail] = 30.0f;
 		std::vector<int32_t> labels(rows);
 		for (int64_t b = 0; b < rows; ++b)
 			labels[b] = static_cast<int32_t>((b * 7 + 3) % k);
+		labels[0] = static_cast<int32_t>(last_vector_lane);
 		labels[1] = 3;
+		labels[3] = static_cast<int32_t>(tail);
 		Tensor lt = Tensor::empty({rows}, DType::i32, Device{});
 		std::copy(labels.begin(), labels.end(), lt.data_as<int32_t>());
 		const Tensor logits = Tensor::from_host(z, {rows, k}, Device{});
@@ -567,7 +573,7 @@ TEST_CASE("softmax cross-entropy on wide rows: vectors and their tails, ties, an
 		for (int64_t b = 0; b < rows; ++b)
 			correct += std::max_element(z.begin() + b * k, z.begin() + (b + 1) * k) - (z.begin() + b * k) == labels[b];
 		CHECK(r.correct == correct);
-		CHECK(correct >= 1);
+		CHECK(correct >= 3); // rows 0, 1 and 3
 		const std::vector<float> p = probs.to_host_f32();
 		for (int64_t b = 0; b < rows; ++b) {
 			double top = zd[b * k], sum = 0;
@@ -578,9 +584,37 @@ TEST_CASE("softmax cross-entropy on wide rows: vectors and their tails, ties, an
 			for (int64_t j = 0; j < k; ++j)
 				CHECK(p[b * k + j] == doctest::Approx(std::exp(zd[b * k + j] - top) / sum).epsilon(1e-5).scale(1e-30));
 		}
-		z[4 * k + k / 2] = std::numeric_limits<float>::quiet_NaN();
-		const XentResult bad = ops.softmax_xent_forward(Tensor::from_host(z, {rows, k}, Device{}), lt, probs);
-		CHECK(std::isnan(bad.loss));
+		// -inf's probability: e^-87.3 / sum (the exp's clamp), not quite 0.
+		CHECK(p[2 * k + 1] >= 0.0f);
+		CHECK(p[2 * k + 1] <= 1.2e-38f);
+		for (const int64_t at : {int64_t{0}, k / 2, k - 1}) { // a NaN first, inside, in the tail
+			std::vector<float> bad_row = z;
+			bad_row[4 * k + at] = std::numeric_limits<float>::quiet_NaN();
+			const XentResult bad = ops.softmax_xent_forward(Tensor::from_host(bad_row, {rows, k}, Device{}), lt, probs);
+			CHECK(std::isnan(bad.loss));
+		}
+	}
+}
+
+TEST_CASE("a row's maximum in sixteen running maxima: every position, tails, NaN")
+{
+	for (const int64_t n : {1, 5, 16, 17, 31, 32, 33, 256, 301}) {
+		CAPTURE(n);
+		const std::vector<float> base = seeded_uniform("max", static_cast<uint64_t>(n), n, 1.0f);
+		for (int64_t at = 0; at < n; ++at) {
+			std::vector<float> x = base;
+			x[at] = 2.0f;
+			CHECK(max_f32(x.data(), n) == 2.0f);
+		}
+		std::vector<float> x = base;
+		const float plain = *std::max_element(x.begin(), x.end());
+		x[n - 1] = std::numeric_limits<float>::quiet_NaN(); // passed over after x[0]
+		if (n > 1)
+			CHECK(max_f32(x.data(), n) == *std::max_element(x.begin(), x.end() - 1));
+		x = base;
+		x[0] = std::numeric_limits<float>::quiet_NaN(); // x[0] NaN is the result
+		CHECK(std::isnan(max_f32(x.data(), n)));
+		CHECK(max_f32(base.data(), n) == plain);
 	}
 }
 

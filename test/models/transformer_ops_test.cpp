@@ -255,10 +255,18 @@ TEST_CASE("the residual adds beside layernorm are the parts' bits, in place, in 
 						{fdg, dg}, {fdb, db}})
 			CHECK(got.to_host_f32() == want.to_host_f32());
 		// Into another buffer, a left as it was.
+		const std::vector<float> a_before = a.to_host_f32();
 		const Tensor other = empty({rows, c}, type);
 		ops.add_layernorm_forward(a, b, gamma, beta, eps, other, fy, fmean, frstd);
 		CHECK(other.to_host_f32() == sum.to_host_f32());
-		CHECK(a.to_host_f32() != sum.to_host_f32());
+		CHECK(a.to_host_f32() == a_before);
+		// The gain and bias gradients added to, as a step of several micro-batches does.
+		ops.layernorm_backward(dy, sum, gamma, mean, rstd, dx, dg, db, true);
+		ops.accumulate(1.0f, residual, dx);
+		ops.layernorm_backward_add(dy, fused_sum, gamma, fmean, frstd, residual, fdx, fdg, fdb, true);
+		CHECK(fdx.to_host_f32() == dx.to_host_f32());
+		CHECK(fdg.to_host_f32() == dg.to_host_f32());
+		CHECK(fdb.to_host_f32() == db.to_host_f32());
 		// A b of another shape: the f32 kernel names the add, the parts name accumulate.
 		Tensor wide = Tensor::empty({rows, c + 1}, type, Device{});
 		ops.fill(wide, 1.0f);

@@ -93,4 +93,24 @@ TOWER_WIDE_CLONES void exp_shifted_f32(const float* __restrict x, float shift, f
 		y[i] = vector_exp(scale * (x[i] - shift));
 }
 
+// Sixteen running maxima, folded at the end. GCC keeps them as sixteen scalars (vmaxss), but no
+// maximum waits on another: one instruction per element (by count some 0.03 ms a step for the GPT's 1024
+// rows of 256), where one running maximum would wait on each comparison.
+TOWER_WIDE_CLONES float max_f32(const float* __restrict x, int64_t n)
+{
+	constexpr int64_t lanes = 16;
+	float m[lanes];
+	for (int64_t j = 0; j < lanes; ++j)
+		m[j] = x[0];
+	int64_t i = 0;
+	for (; i + lanes <= n; i += lanes)
+		for (int64_t j = 0; j < lanes; ++j)
+			m[j] = m[j] < x[i + j] ? x[i + j] : m[j];
+	for (; i < n; ++i)
+		m[0] = m[0] < x[i] ? x[i] : m[0];
+	for (int64_t j = 1; j < lanes; ++j)
+		m[0] = m[0] < m[j] ? m[j] : m[0];
+	return m[0];
+}
+
 } // namespace tower

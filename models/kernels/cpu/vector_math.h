@@ -1,6 +1,6 @@
 // Loops over f32 arrays that call exp, written and compiled so that GCC vectorizes them (libm's expf
 // and tanhf are scalar calls: tanhf alone took a quarter of a GPT step on Zen 3, measured with perf),
-// and sums and maxima that vectorize.
+// and sums and maxima in sixteen lanes.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +14,9 @@ void gelu_backward_f32(const float* x, const float* dy, float* dx, int64_t n);
 // y[i] = e^(scale * (x[i] - shift)); scale * (x[i] - shift) must be <= 0 (a softmax row's maximum
 // subtracted).
 void exp_shifted_f32(const float* x, float shift, float scale, float* y, int64_t n);
+// The maximum of x[0 .. n), n >= 1, in sixteen running maxima. A NaN after x[0] is passed over
+// (as std::max(m, v) passes over a NaN v); a NaN x[0] is the result.
+float max_f32(const float* x, int64_t n);
 
 // The sum of term(0) .. term(n - 1) in sixteen partial sums (two vectors of eight), added pairwise
 // at the end: one running sum would run at the latency of a chain of f32 adds and keep the loop
@@ -33,29 +36,6 @@ inline float lane_sum(int64_t n, Term&& term)
 		for (int64_t j = 0; j < width; ++j)
 			s[j] += s[j + width];
 	return s[0];
-}
-
-// The maximum of x[0 .. n) in sixteen running maxima, as lane_sum. A NaN after x[0] is passed over
-// (as std::max(m, v) passes over a NaN v); a NaN x[0] is the result.
-inline float lane_max(int64_t n, const float* x)
-{
-	constexpr int64_t lanes = 16;
-	// Not std::max: with <algorithm> in this header, GCC stopped inlining std::min and std::max into
-	// vector_math.cpp's AVX-512 clones (a call through the PLT per element; exp_shifted_f32 ran 20x
-	// slower).
-	const auto larger = [](float m, float v) { return m < v ? v : m; };
-	float m[lanes];
-	for (int64_t j = 0; j < lanes; ++j)
-		m[j] = x[0];
-	int64_t i = 0;
-	for (; i + lanes <= n; i += lanes)
-		for (int64_t j = 0; j < lanes; ++j)
-			m[j] = larger(m[j], x[i + j]);
-	for (; i < n; ++i)
-		m[0] = larger(m[0], x[i]);
-	for (int64_t j = 1; j < lanes; ++j)
-		m[0] = larger(m[0], m[j]);
-	return m[0];
 }
 
 } // namespace tower
