@@ -27,6 +27,21 @@ Tensor random_tensor(const Shape& shape, const char* name)
 	return Tensor::from_host(seeded_uniform(name, 1, shape_numel(shape), 1.0f), shape, Device{});
 }
 
+// Each row's softmax in float64.
+Vec ref_softmax(const Vec& z, int64_t rows, int64_t k)
+{
+	Vec p(z.size());
+	for (int64_t b = 0; b < rows; ++b) {
+		const double top = *std::max_element(z.begin() + b * k, z.begin() + (b + 1) * k);
+		double sum = 0;
+		for (int64_t j = 0; j < k; ++j)
+			sum += std::exp(z[b * k + j] - top);
+		for (int64_t j = 0; j < k; ++j)
+			p[b * k + j] = std::exp(z[b * k + j] - top) / sum;
+	}
+	return p;
+}
+
 double at(const Vec& m, int64_t cols, int64_t r, int64_t c, bool transposed)
 {
 	return transposed ? m[c * cols + r] : m[r * cols + c];
@@ -529,17 +544,12 @@ TEST_CASE("softmax cross-entropy: loss, correct count and gradient against float
 	const Tensor d = Tensor::zeros({rows, k}, DType::f32, Device{});
 	ops.softmax_xent_backward(probs, lt, d, 1.0f);
 	const std::vector<float> dv = d.to_host_f32();
-	for (int64_t b = 0; b < rows; ++b) {
-		double top = z[b * k], sum = 0;
-		for (int64_t j = 0; j < k; ++j)
-			top = std::max(top, z[b * k + j]);
-		for (int64_t j = 0; j < k; ++j)
-			sum += std::exp(z[b * k + j] - top);
+	const Vec p = ref_softmax(z, rows, k);
+	for (int64_t b = 0; b < rows; ++b)
 		for (int64_t j = 0; j < k; ++j) {
-			const double want = (std::exp(z[b * k + j] - top) / sum - (labels[b] == j ? 1 : 0)) / rows;
+			const double want = (p[b * k + j] - (labels[b] == j ? 1 : 0)) / rows;
 			CHECK(dv[b * k + j] == doctest::Approx(want).epsilon(1e-5));
 		}
-	}
 	lt.data_as<int32_t>()[3] = 3;
 	CHECK_THROWS_WITH_AS(ops.softmax_xent_forward(logits, lt, probs), doctest::Contains("label 3 of sample 3"), Error);
 }
@@ -575,15 +585,9 @@ TEST_CASE("softmax cross-entropy on wide rows: vectors and their tails, ties, an
 		CHECK(r.correct == correct);
 		CHECK(correct >= 3); // rows 0, 1 and 3
 		const std::vector<float> p = probs.to_host_f32();
-		for (int64_t b = 0; b < rows; ++b) {
-			double top = zd[b * k], sum = 0;
-			for (int64_t j = 0; j < k; ++j)
-				top = std::max(top, zd[b * k + j]);
-			for (int64_t j = 0; j < k; ++j)
-				sum += std::exp(zd[b * k + j] - top);
-			for (int64_t j = 0; j < k; ++j)
-				CHECK(p[b * k + j] == doctest::Approx(std::exp(zd[b * k + j] - top) / sum).epsilon(1e-5).scale(1e-30));
-		}
+		const Vec want = ref_softmax(zd, rows, k);
+		for (size_t i = 0; i < p.size(); ++i)
+			CHECK(p[i] == doctest::Approx(want[i]).epsilon(1e-5).scale(1e-30));
 		// -inf's probability: e^-87.3 / sum (the exp's clamp), not quite 0.
 		CHECK(p[2 * k + 1] >= 0.0f);
 		CHECK(p[2 * k + 1] <= 1.2e-38f);
