@@ -94,8 +94,8 @@ TOWER_WIDE_CLONES void exp_shifted_f32(const float* __restrict x, float shift, f
 }
 
 // Sixteen running maxima, folded at the end. GCC keeps them as sixteen scalars (vmaxss), but no
-// maximum waits on another: one instruction per element (by count some 0.03 ms a step for the GPT's 1024
-// rows of 256), where one running maximum would wait on each comparison.
+// maximum waits on another: one instruction per element, where one running maximum would wait on
+// each comparison.
 TOWER_WIDE_CLONES float max_f32(const float* __restrict x, int64_t n)
 {
 	constexpr int64_t lanes = 16;
