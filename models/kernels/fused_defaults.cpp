@@ -3,6 +3,8 @@
 // rounded between them.
 #include "models/kernels/ops.h"
 
+#include "base/error.h"
+
 namespace tower {
 
 void Ops::gemm_bias_act(Transpose ta, Transpose tb, const Tensor& a, const Tensor& b, const Tensor& bias, bool relu,
@@ -17,6 +19,20 @@ void Ops::gelu_backward_bias_grad(const Tensor& x, const Tensor& dy, const Tenso
 {
 	gelu_backward(x, dy, dx);
 	bias_grad(dx, db, 1, accumulate);
+}
+
+void Ops::gelu_forward_slope(const Tensor& x, const Tensor&) const
+{
+	throw Error(fmt::format("gelu_forward_slope: the {} backend keeps GELU's input for its backward, not its slope "
+				"(gelu_keeps_slope is false for {})",
+				x.device().name(), dtype_name(x.dtype())));
+}
+
+void Ops::slope_backward_bias_grad(const Tensor& slope, const Tensor&, const Tensor&, const Tensor&, bool) const
+{
+	throw Error(fmt::format("slope_backward_bias_grad: the {} backend keeps GELU's input for its backward, not its "
+				"slope (gelu_keeps_slope is false for {})",
+				slope.device().name(), dtype_name(slope.dtype())));
 }
 
 void Ops::add_layernorm_forward(const Tensor& a, const Tensor& b, const Tensor& gamma, const Tensor& beta, float eps,

@@ -5,7 +5,8 @@
 
 namespace tower {
 
-Tensor bias_act_backward(const Ops& ops, const Tensor& y, const Tensor& z, const Tensor& dy, Activation activation,
+Tensor bias_act_backward(const Ops& ops, const Tensor& y, const Tensor& z, bool z_is_slope, const Tensor& dy,
+			 Activation activation,
 			 const Parameter& bias, int64_t positions, const BackwardArgs& args, Workspace& dz_ws,
 			 Workspace& db_ws)
 {
@@ -13,8 +14,15 @@ Tensor bias_act_backward(const Ops& ops, const Tensor& y, const Tensor& z, const
 	const Tensor db = grad_buffer(bias, type, db_ws);
 	Tensor dz = dy;
 	if (activation == Activation::gelu) {
-		dz = dz_ws.get(dy.shape(), type, dy.device());
-		ops.gelu_backward_bias_grad(z, dy, dz, db, accumulate_in_place(db, args));
+		// The slope is read once, so dz takes its place: its lines are in cache as they are read
+		// (a buffer of its own would first be fetched from memory to be written).
+		if (z_is_slope) {
+			dz = z;
+			ops.slope_backward_bias_grad(z, dy, dz, db, accumulate_in_place(db, args));
+		} else {
+			dz = dz_ws.get(dy.shape(), type, dy.device());
+			ops.gelu_backward_bias_grad(z, dy, dz, db, accumulate_in_place(db, args));
+		}
 		finish_grad(bias, db, args);
 		return dz;
 	}

@@ -42,7 +42,12 @@ const Tensor& Linear::forward(const Tensor& x)
 	}
 	z_ = z_ws_.get({x.dim(0), out_}, x.dtype(), x.device());
 	ops.gemm_bias_act(Transpose::no, Transpose::yes, x, w_, b, false, z_);
-	ops.gelu_forward(z_, y_);
+	// Where the backend can, z_ then holds GELU's slope: the backward pass only multiplies by it.
+	z_is_slope_ = ops.gelu_keeps_slope(x.dtype());
+	if (z_is_slope_)
+		ops.gelu_forward_slope(z_, y_);
+	else
+		ops.gelu_forward(z_, y_);
 	return y_;
 }
 
@@ -52,7 +57,7 @@ const Tensor& Linear::backward(const Tensor& dy, const BackwardArgs& args)
 		    weight_.name, shape_text(dy.shape()));
 	const Ops& ops = ops_for(dy.device());
 	const DType type = dy.dtype();
-	const Tensor dz = bias_act_backward(ops, y_, z_, dy, activation_, bias_, 1, args, dz_ws_, db_ws_);
+	const Tensor dz = bias_act_backward(ops, y_, z_, z_is_slope_, dy, activation_, bias_, 1, args, dz_ws_, db_ws_);
 	// A 16-bit weight gradient goes straight into the f32 Parameter::grad where the backend can
 	// (no 16-bit buffer and no cast pass over the largest tensor of the step).
 	if (type != DType::f32 && ops.gemm_into_f32(Transpose::yes, Transpose::no, 1.0f, dz, x_,

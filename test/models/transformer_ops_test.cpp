@@ -315,6 +315,51 @@ TEST_CASE("GELU and its slope match float64 over a wide range, large inputs incl
 	CHECK(std::isnan(nan_dx.to_host_f32()[1])); // dy is NaN there
 }
 
+// Linear keeps GELU's slope where the backend says so (the CPU in f32): the forward's value and the
+// backward's dx and bias gradient must be those of the pre-activation path to the bit, also with
+// the gradient written over the slope, as Linear does. (With ONEDNN_MAX_CPU_ISA=AVX2, the -avx2
+// run, the portable loops; otherwise the AVX-512 ones where the CPU has it.)
+TEST_CASE("GELU with its slope kept gives gelu_forward's and gelu_backward_bias_grad's bits, in place")
+{
+	const Ops& ops = ops_for(Device{});
+	REQUIRE(ops.gelu_keeps_slope(DType::f32));
+	CHECK_FALSE(ops.gelu_keeps_slope(DType::bf16));
+	const int64_t rows = 9, channels = 40; // two whole vectors of 16 and a tail of 8 a row
+	std::vector<float> xs = random_tensor({rows, channels}, "slope x", 4.0f).to_host_f32();
+	xs[3] = 30.0f, xs[4] = -30.0f, xs[5] = 1e4f, xs[6] = -1e4f, xs[channels - 1] = 0.0f;
+	const Tensor x = Tensor::from_host(xs, {rows, channels}, Device{});
+	const Tensor dy = random_tensor({rows, channels}, "slope dy");
+	for (bool add : {false, true}) {
+		CAPTURE(add);
+		Tensor y = Tensor::empty({rows, channels}, DType::f32, Device{}), dx = Tensor::empty({rows, channels}, DType::f32, Device{});
+		Tensor db = random_tensor({channels}, "slope db");
+		ops.gelu_forward(x, y);
+		ops.gelu_backward_bias_grad(x, dy, dx, db, add);
+		Tensor kept = Tensor::from_host(xs, {rows, channels}, Device{});
+		Tensor y2 = Tensor::empty({rows, channels}, DType::f32, Device{});
+		Tensor db2 = random_tensor({channels}, "slope db");
+		ops.gelu_forward_slope(kept, y2);
+		CHECK(y2.to_host_f32() == y.to_host_f32());
+		ops.slope_backward_bias_grad(kept, dy, kept, db2, add);
+		CHECK(kept.to_host_f32() == dx.to_host_f32());
+		CHECK(db2.to_host_f32() == db.to_host_f32());
+	}
+	// A NaN input has a NaN slope.
+	Tensor nan = Tensor::from_host({std::nanf(""), 1.0f}, {1, 2}, Device{});
+	Tensor nan_y = Tensor::empty({1, 2}, DType::f32, Device{});
+	ops.gelu_forward_slope(nan, nan_y);
+	CHECK(std::isnan(nan_y.to_host_f32()[0]));
+	CHECK(std::isnan(nan.to_host_f32()[0]));
+	// Other types, y over x, and a backend without the kept slope are refused with the reason.
+	Tensor half = Tensor::empty({rows, channels}, DType::bf16, Device{});
+	CHECK_THROWS_WITH_AS(ops.gelu_forward_slope(half, half), doctest::Contains("f32"), Error);
+	CHECK_THROWS_WITH_AS(ops.gelu_forward_slope(x, x), doctest::Contains("must not be x"), Error);
+	Tensor y = Tensor::empty({rows, channels}, DType::f32, Device{});
+	CHECK_THROWS_WITH_AS(ops.Ops::gelu_forward_slope(x, y), doctest::Contains("keeps GELU's input"), Error);
+	CHECK_THROWS_WITH_AS(ops.Ops::slope_backward_bias_grad(x, dy, y, random_tensor({channels}, "db"), false),
+			     doctest::Contains("keeps GELU's input"), Error);
+}
+
 TEST_CASE("the causal softmax sees only the past, and its gradient matches float64")
 {
 	const Ops& ops = ops_for(Device{});

@@ -7,6 +7,7 @@
 #include "models/kernels/cpu/f32_copy.h"
 #include "models/kernels/cpu/vector_math.h"
 #include "models/kernels/ops_checks.h"
+#include "base/error.h"
 
 namespace tower {
 
@@ -224,6 +225,42 @@ void CpuOps::gelu_backward_bias_grad(const Tensor& x, const Tensor& dy, const Te
 			g[c] += row[c];
 	}
 	fdb.store();
+}
+
+void CpuOps::gelu_forward_slope(const Tensor& x, const Tensor& y) const
+{
+	TOWER_CHECK(x.dtype() == DType::f32 && y.dtype() == DType::f32,
+		    "gelu_forward_slope takes f32 tensors (gelu_keeps_slope), got {} and {}", dtype_name(x.dtype()),
+		    dtype_name(y.dtype()));
+	expect_same_numel(x, y, "gelu");
+	TOWER_CHECK(x.data() != y.data(), "gelu_forward_slope: y must not be x, which receives the slope");
+	gelu_slope_f32(x.data_as<float>(), y.data_as<float>(), x.data_as<float>(), x.numel());
+}
+
+void CpuOps::slope_backward_bias_grad(const Tensor& slope, const Tensor& dy, const Tensor& dx, const Tensor& db,
+				      bool accumulate) const
+{
+	for (const Tensor* t : {&slope, &dy, &dx, &db})
+		TOWER_CHECK(t->dtype() == DType::f32, "slope_backward_bias_grad takes f32 tensors (gelu_keeps_slope), got {}",
+			    dtype_name(t->dtype()));
+	expect_same_numel(slope, dy, "gelu backward");
+	expect_same_numel(slope, dx, "gelu backward");
+	const int64_t outer = checked_bias_outer(dx, db, 1);
+	const int64_t channels = db.numel();
+	float* __restrict g = db.data_as<float>();
+	if (!accumulate)
+		std::fill_n(g, channels, 0.0f);
+	// Row by row in order, as gelu_backward_bias_grad adds them: the same bits.
+	for (int64_t o = 0; o < outer; ++o) {
+		const float* s = slope.data_as<float>() + o * channels; // may be out
+		const float* __restrict d = dy.data_as<float>() + o * channels;
+		float* out = dx.data_as<float>() + o * channels;
+		for (int64_t c = 0; c < channels; ++c) {
+			const float v = d[c] * s[c];
+			out[c] = v;
+			g[c] += v;
+		}
+	}
 }
 
 void CpuOps::cast(const Tensor& src, const Tensor& dst, bool accumulate) const

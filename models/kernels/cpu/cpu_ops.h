@@ -56,6 +56,10 @@ public:
 	bool causal_attention_uses_room(DType type) const override;
 	void gelu_backward_bias_grad(const Tensor& x, const Tensor& dy, const Tensor& dx, const Tensor& db,
 				     bool accumulate) const override;
+	bool gelu_keeps_slope(DType type) const override { return type == DType::f32; }
+	void gelu_forward_slope(const Tensor& x, const Tensor& y) const override;
+	void slope_backward_bias_grad(const Tensor& slope, const Tensor& dy, const Tensor& dx, const Tensor& db,
+				      bool accumulate) const override;
 	void causal_softmax_forward(const Tensor& scores, float scale, const Tensor& probs) const override;
 	void causal_softmax_backward(const Tensor& probs, const Tensor& dprobs, float scale,
 				     const Tensor& dscores) const override;

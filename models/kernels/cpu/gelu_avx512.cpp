@@ -102,6 +102,15 @@ inline void store(float* p, int64_t count, __m512 v)
 		_mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << count) - 1u), v);
 }
 
+// GELU'(v) = s + 2 v s (1 - s) u'(v), u'(v) = sqrt(2/pi) (1 + 3 * 0.044715 v^2); 0 where s is.
+inline __m512 slope_of_gelu(__m512 v, const Logistic& l)
+{
+	const __m512 du = _mm512_fmadd_ps(splat(3.0f * gelu_c), _mm512_mul_ps(v, v), splat(1.0f));
+	const __m512 du2 = _mm512_mul_ps(splat(2.0f * gelu_k), du);
+	const __m512 vss = _mm512_mul_ps(_mm512_mul_ps(v, l.s), _mm512_sub_ps(splat(1.0f), l.s));
+	return _mm512_mask_mov_ps(_mm512_fmadd_ps(vss, du2, l.s), l.zero, _mm512_setzero_ps());
+}
+
 } // namespace
 
 void gelu_f32_avx512(const float* __restrict x, float* __restrict y, int64_t n)
@@ -112,19 +121,23 @@ void gelu_f32_avx512(const float* __restrict x, float* __restrict y, int64_t n)
 	}
 }
 
-// GELU'(v) = s + 2 v s (1 - s) u'(v), u'(v) = sqrt(2/pi) (1 + 3 * 0.044715 v^2); 0 where s is.
 void gelu_backward_f32_avx512(const float* __restrict x, const float* __restrict dy, float* __restrict dx,
 			      int64_t n)
 {
 	for (int64_t i = 0; i < n; i += 16) {
 		const __m512 v = load(x + i, n - i);
+		store(dx + i, n - i, _mm512_mul_ps(load(dy + i, n - i), slope_of_gelu(v, logistic_of_gelu(v))));
+	}
+}
+
+// Each vector is loaded before anything is stored, so slope may be x itself.
+void gelu_slope_f32_avx512(const float* x, float* __restrict y, float* slope, int64_t n)
+{
+	for (int64_t i = 0; i < n; i += 16) {
+		const __m512 v = load(x + i, n - i);
 		const Logistic l = logistic_of_gelu(v);
-		const __m512 du = _mm512_fmadd_ps(splat(3.0f * gelu_c), _mm512_mul_ps(v, v), splat(1.0f));
-		const __m512 du2 = _mm512_mul_ps(splat(2.0f * gelu_k), du);
-		const __m512 vss = _mm512_mul_ps(_mm512_mul_ps(v, l.s), _mm512_sub_ps(splat(1.0f), l.s));
-		const __m512 slope =
-			_mm512_mask_mov_ps(_mm512_fmadd_ps(vss, du2, l.s), l.zero, _mm512_setzero_ps());
-		store(dx + i, n - i, _mm512_mul_ps(load(dy + i, n - i), slope));
+		store(y + i, n - i, _mm512_mul_ps(v, l.s));
+		store(slope + i, n - i, slope_of_gelu(v, l));
 	}
 }
 
@@ -147,6 +160,11 @@ void gelu_f32_avx512(const float*, float*, int64_t)
 }
 
 void gelu_backward_f32_avx512(const float*, const float*, float*, int64_t)
+{
+	throw Error("the AVX-512 GELU is not in this build (it was not compiled by GCC for x86-64)");
+}
+
+void gelu_slope_f32_avx512(const float*, float*, float*, int64_t)
 {
 	throw Error("the AVX-512 GELU is not in this build (it was not compiled by GCC for x86-64)");
 }

@@ -53,6 +53,13 @@ inline float vector_tanh(float u)
 constexpr float gelu_k = 0.7978845608028654f; // sqrt(2 / pi)
 constexpr float gelu_c = 0.044715f;
 
+// GELU'(v) given t = tanh(sqrt(2/pi) (v + 0.044715 v^3)): one expression for the backward pass
+// and for gelu_slope_f32, so that both round it alike.
+inline float gelu_slope(float v, float t)
+{
+	return 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * gelu_k * (1.0f + 3.0f * gelu_c * v * v);
+}
+
 } // namespace
 
 // These loops are bound by arithmetic (the exp polynomial and a division per element), so they
@@ -83,7 +90,19 @@ TOWER_WIDE_CLONES void gelu_backward_f32(const float* __restrict x, const float*
 	for (int64_t i = 0; i < n; ++i) {
 		const float v = x[i];
 		const float t = vector_tanh(gelu_k * (v + gelu_c * v * v * v));
-		dx[i] = dy[i] * (0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * gelu_k * (1.0f + 3.0f * gelu_c * v * v));
+		dx[i] = dy[i] * gelu_slope(v, t);
+	}
+}
+
+TOWER_WIDE_CLONES void gelu_slope_f32(const float* x, float* __restrict y, float* slope, int64_t n)
+{
+	if (gelu_avx512_available())
+		return gelu_slope_f32_avx512(x, y, slope, n);
+	for (int64_t i = 0; i < n; ++i) {
+		const float v = x[i];
+		const float t = vector_tanh(gelu_k * (v + gelu_c * v * v * v));
+		y[i] = 0.5f * v * (1.0f + t);
+		slope[i] = gelu_slope(v, t);
 	}
 }
 

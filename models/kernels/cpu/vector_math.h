@@ -11,6 +11,9 @@ namespace tower {
 // loops (the logistic form, no division: other bits than the loops here).
 void gelu_f32(const float* x, float* y, int64_t n);
 void gelu_backward_f32(const float* x, const float* dy, float* dx, int64_t n);
+// y = GELU(x) and slope = GELU'(x), the very value gelu_backward_f32 multiplies dy by, so that
+// dy * slope has its bits; slope may be x itself.
+void gelu_slope_f32(const float* x, float* y, float* slope, int64_t n);
 // y[i] = e^(scale * (x[i] - shift)); scale * (x[i] - shift) must be <= 0 (a softmax row's maximum
 // subtracted).
 void exp_shifted_f32(const float* x, float shift, float scale, float* y, int64_t n);
