@@ -8,7 +8,6 @@
 
 #include "models/kernels/cpu/cpu_threads.h"
 #include "models/kernels/cpu/dnnl_cpu.h"
-#include "models/kernels/cpu/vector_math.h"
 #include "models/init.h"
 #include "models/layers/workspace.h"
 #include "models/kernels/ops.h"
@@ -597,28 +596,6 @@ TEST_CASE("softmax cross-entropy on wide rows: vectors and their tails, ties, an
 			const XentResult bad = ops.softmax_xent_forward(Tensor::from_host(bad_row, {rows, k}, Device{}), lt, probs);
 			CHECK(std::isnan(bad.loss));
 		}
-	}
-}
-
-TEST_CASE("a row's maximum in sixteen running maxima: every position, tails, NaN")
-{
-	for (const int64_t n : {1, 5, 16, 17, 31, 32, 33, 256, 301}) {
-		CAPTURE(n);
-		const std::vector<float> base = seeded_uniform("max", static_cast<uint64_t>(n), n, 1.0f);
-		for (int64_t at = 0; at < n; ++at) {
-			std::vector<float> x = base;
-			x[at] = 2.0f;
-			CHECK(max_f32(x.data(), n) == 2.0f);
-		}
-		std::vector<float> x = base;
-		const float plain = *std::max_element(x.begin(), x.end());
-		x[n - 1] = std::numeric_limits<float>::quiet_NaN(); // passed over after x[0]
-		if (n > 1)
-			CHECK(max_f32(x.data(), n) == *std::max_element(x.begin(), x.end() - 1));
-		x = base;
-		x[0] = std::numeric_limits<float>::quiet_NaN(); // x[0] NaN is the result
-		CHECK(std::isnan(max_f32(x.data(), n)));
-		CHECK(max_f32(base.data(), n) == plain);
 	}
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 namespace tower {
 
@@ -21,9 +22,27 @@ void exp_shifted_f32(const float* x, float shift, float scale, float* y, int64_t
 // (as std::max(m, v) passes over a NaN v); a NaN x[0] is the result.
 float max_f32(const float* x, int64_t n);
 
+// Sixteen partial sums s[0 .. 16) added pairwise (s[j] += s[j + width], width 8, 4, 2, 1), with
+// `first` in place of s[0] (lane 0 plus a tail's terms, added in a register). The fold runs in
+// registers: written into s[0] in memory and read back inside a vector, it waited on a failed
+// store forwarding (a quarter of the attention forward's own time, perf annotate, Zen 5).
+inline float fold_lanes(const float* s, float first)
+{
+	using f32x8 = float __attribute__((vector_size(32)));
+	using f32x4 = float __attribute__((vector_size(16)));
+	f32x8 low, high;
+	std::memcpy(&low, s, sizeof low);
+	std::memcpy(&high, s + 8, sizeof high);
+	low[0] = first;
+	const f32x8 eight = low + high;
+	const f32x4 four = __builtin_shufflevector(eight, eight, 0, 1, 2, 3) + __builtin_shufflevector(eight, eight, 4, 5, 6, 7);
+	return (four[0] + four[2]) + (four[1] + four[3]);
+}
+
 // The sum of term(0) .. term(n - 1) in sixteen partial sums (two vectors of eight), added pairwise
 // at the end: one running sum would run at the latency of a chain of f32 adds and keep the loop
-// scalar (GCC may not reorder float additions). The order is fixed, so the bits are too.
+// scalar (GCC may not reorder float additions). The order is fixed, so the bits are too: the
+// terms after the last whole sixteen go to lane 0, then fold_lanes.
 template <class Term>
 inline float lane_sum(int64_t n, Term&& term)
 {
@@ -33,12 +52,10 @@ inline float lane_sum(int64_t n, Term&& term)
 	for (; i + lanes <= n; i += lanes)
 		for (int64_t j = 0; j < lanes; ++j)
 			s[j] += term(i + j);
+	float first = s[0];
 	for (; i < n; ++i)
-		s[0] += term(i);
-	for (int64_t width = lanes / 2; width > 0; width /= 2)
-		for (int64_t j = 0; j < width; ++j)
-			s[j] += s[j + width];
-	return s[0];
+		first += term(i);
+	return fold_lanes(s, first);
 }
 
 } // namespace tower
