@@ -70,10 +70,12 @@ inline __mmask16 first_lanes(int64_t n)
 	return n >= 16 ? static_cast<__mmask16>(0xFFFF) : n <= 0 ? 0 : static_cast<__mmask16>((1u << n) - 1);
 }
 
-// Columns [j, j + 32) of the product, the last ones masked past `cols`: each b row is two
-// vectors, each a(r, p) broadcast, the sums kept in registers in the order of p. A whole tile
-// (Full) loads without masks: GCC kept the two masks on the stack and reloaded them every p.
-template <int R, bool Full>
+// Columns [j, j + 16 V) of the product (V = 1 or 2 vectors), the last ones masked past `cols`:
+// each b row is V vectors, each a(r, p) broadcast, the sums kept in registers in the order of p.
+// A whole tile (Full) loads without masks: GCC kept the two masks on the stack and reloaded them
+// every p. A last tile of at most 16 columns (the causal products' rows end on a multiple of 16)
+// is one vector wide: two, half of its multiply-adds went to masked lanes.
+template <int R, int V, bool Full>
 inline void tile(const RowsProduct& t, int64_t j)
 {
 	const float* a = t.a;
@@ -83,25 +85,45 @@ inline void tile(const RowsProduct& t, int64_t j)
 	const __mmask16 m1 = Full ? static_cast<__mmask16>(0xFFFF) : first_lanes(t.cols - j - 16);
 	// The row loops unrolled, so that the accumulators live in registers (GCC at -O2 kept them
 	// in memory otherwise, at a third of the speed).
-	__m512 acc[R][2];
+	__m512 acc[R][V];
 #pragma GCC unroll 8
 	for (int r = 0; r < R; ++r)
-		acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+		for (int v = 0; v < V; ++v)
+			acc[r][v] = _mm512_setzero_ps();
 	for (int64_t p = 0; p < k; ++p) {
 		const __m512 b0 = Full ? _mm512_loadu_ps(b + p * ldb) : _mm512_maskz_loadu_ps(m0, b + p * ldb);
-		const __m512 b1 = Full ? _mm512_loadu_ps(b + p * ldb + 16) : _mm512_maskz_loadu_ps(m1, b + p * ldb + 16);
+		__m512 b1 = b0;
+		if constexpr (V == 2)
+			b1 = Full ? _mm512_loadu_ps(b + p * ldb + 16) : _mm512_maskz_loadu_ps(m1, b + p * ldb + 16);
 #pragma GCC unroll 8
 		for (int r = 0; r < R; ++r) {
 			const __m512 x = _mm512_set1_ps(a[r * a_row + p * a_col]);
 			acc[r][0] = _mm512_fmadd_ps(x, b0, acc[r][0]);
-			acc[r][1] = _mm512_fmadd_ps(x, b1, acc[r][1]);
+			if constexpr (V == 2)
+				acc[r][V - 1] = _mm512_fmadd_ps(x, b1, acc[r][V - 1]);
 		}
 	}
 	float* c = t.c + j;
 #pragma GCC unroll 8
 	for (int r = 0; r < R; ++r) {
 		_mm512_mask_storeu_ps(c + r * t.ldc, m0, acc[r][0]);
-		_mm512_mask_storeu_ps(c + r * t.ldc + 16, m1, acc[r][1]);
+		if constexpr (V == 2)
+			_mm512_mask_storeu_ps(c + r * t.ldc + 16, m1, acc[r][V - 1]);
+	}
+}
+
+template <int V, bool Full>
+void tile_of_rows_wide(const RowsProduct& t, int64_t j)
+{
+	switch (t.rows) {
+	case 8: tile<8, V, Full>(t, j); break;
+	case 7: tile<7, V, Full>(t, j); break;
+	case 6: tile<6, V, Full>(t, j); break;
+	case 5: tile<5, V, Full>(t, j); break;
+	case 4: tile<4, V, Full>(t, j); break;
+	case 3: tile<3, V, Full>(t, j); break;
+	case 2: tile<2, V, Full>(t, j); break;
+	default: tile<1, V, Full>(t, j); break;
 	}
 }
 
@@ -109,16 +131,10 @@ inline void tile(const RowsProduct& t, int64_t j)
 template <bool Full>
 void tile_of_rows(const RowsProduct& t, int64_t j)
 {
-	switch (t.rows) {
-	case 8: tile<8, Full>(t, j); break;
-	case 7: tile<7, Full>(t, j); break;
-	case 6: tile<6, Full>(t, j); break;
-	case 5: tile<5, Full>(t, j); break;
-	case 4: tile<4, Full>(t, j); break;
-	case 3: tile<3, Full>(t, j); break;
-	case 2: tile<2, Full>(t, j); break;
-	default: tile<1, Full>(t, j); break;
-	}
+	if (!Full && t.cols - j <= 16)
+		tile_of_rows_wide<1, false>(t, j);
+	else
+		tile_of_rows_wide<2, Full>(t, j);
 }
 
 // The whole product, 32 columns at a time.
