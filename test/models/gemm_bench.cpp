@@ -112,6 +112,29 @@ double seconds_per_call(const std::function<void()>& body, double min_seconds)
 	return elapsed / calls;
 }
 
+// --cold: every timed call finds its operands out of the caches, as a step's GEMMs find the
+// activations written layers before (64 MiB written between calls, twice a 32 MiB L3; only the
+// call is timed).
+bool cold_operands = false;
+
+double seconds_per_cold_call(const std::function<void()>& body, double min_seconds)
+{
+	static std::vector<float> evict(16 << 20);
+	body();
+	double timed = 0.0;
+	int calls = 0;
+	const auto start = std::chrono::steady_clock::now();
+	do {
+		for (size_t i = 0; i < evict.size(); i += 16)
+			evict[i] += 1.0f;
+		const auto before = std::chrono::steady_clock::now();
+		body();
+		timed += std::chrono::duration<double>(std::chrono::steady_clock::now() - before).count();
+		++calls;
+	} while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < min_seconds);
+	return timed / calls;
+}
+
 struct Operands {
 	Tensor a, b, c;
 };
@@ -136,9 +159,10 @@ Operands operands_for(const StepGemm& g, DType dtype)
 double time_gemm(const StepGemm& g, DType dtype, double min_seconds)
 {
 	const Operands o = operands_for(g, dtype);
+	const auto timer = cold_operands ? seconds_per_cold_call : seconds_per_call;
 	if (g.batch > 0)
-		return seconds_per_call([&] { cpu_ops().gemm_batched(g.ta, g.tb, 1.0f, o.a, o.b, 0.0f, o.c); }, min_seconds);
-	return seconds_per_call([&] { cpu_ops().gemm(g.ta, g.tb, 1.0f, o.a, o.b, 0.0f, o.c); }, min_seconds);
+		return timer([&] { cpu_ops().gemm_batched(g.ta, g.tb, 1.0f, o.a, o.b, 0.0f, o.c); }, min_seconds);
+	return timer([&] { cpu_ops().gemm(g.ta, g.tb, 1.0f, o.a, o.b, 0.0f, o.c); }, min_seconds);
 }
 
 // The GPT's GEMMs alone: each shape's rate, the step's GEMMs back to back, and the largest shape's
@@ -202,6 +226,7 @@ int main(int argc, char** argv)
 	app.add_option("--min-seconds", min_seconds, "time spent on each GEMM shape");
 	app.add_option("--steps", steps, "timed training steps");
 	app.add_option("--threads", threads, "CPU kernel threads");
+	app.add_flag("--cold", cold_operands, "time each call with its operands out of every cache (64 MiB written before it)");
 	CLI11_PARSE(app, argc, argv);
 	set_cpu_threads(threads);
 	ModelConfig config;
