@@ -44,13 +44,32 @@ void bias_act_f32(float* __restrict row, const float* __restrict b, int64_t oute
 	}
 }
 
+// Linear layers' rows, `block` channels at a time: their sums stay in registers over all the
+// rows (a row at a time, each sum was loaded and stored again for every row), each still adding
+// the rows in order, so the bits are the same.
+void column_sums_f32(const float* __restrict rows, float* __restrict g, int64_t outer, int64_t channels)
+{
+	constexpr int64_t block = 64;
+	int64_t c0 = 0;
+	for (; c0 + block <= channels; c0 += block) {
+		float sums[block];
+		for (int64_t c = 0; c < block; ++c)
+			sums[c] = g[c0 + c];
+		for (int64_t o = 0; o < outer; ++o)
+			for (int64_t c = 0; c < block; ++c)
+				sums[c] += rows[o * channels + c0 + c];
+		for (int64_t c = 0; c < block; ++c)
+			g[c0 + c] = sums[c];
+	}
+	for (int64_t o = 0; o < outer; ++o)
+		for (int64_t c = c0; c < channels; ++c)
+			g[c] += rows[o * channels + c];
+}
+
 void bias_grad_f32(const float* __restrict row, float* __restrict g, int64_t outer, int64_t channels, int64_t inner)
 {
 	if (inner == 1) {
-		// Linear layers: add whole rows so the loop vectorizes across channels.
-		for (int64_t o = 0; o < outer; ++o, row += channels)
-			for (int64_t c = 0; c < channels; ++c)
-				g[c] += row[c];
+		column_sums_f32(row, g, outer, channels);
 		return;
 	}
 	for (int64_t o = 0; o < outer; ++o)
@@ -108,6 +127,11 @@ void CpuOps::bias_grad(const Tensor& dy, const Tensor& db, int64_t inner, bool a
 	const F32Copy fdb(db, accumulate);
 	if (!accumulate)
 		std::fill_n(fdb.data(), db.numel(), 0.0f);
+	if (dy.dtype() == DType::f32) { // in place, all rows at once
+		bias_grad_f32(dy.data_as<float>(), fdb.data(), outer, db.numel(), inner);
+		fdb.store();
+		return;
+	}
 	// The same additions in the same order as over the whole tensor: slice by slice.
 	const int64_t slice = db.numel() * inner;
 	const int64_t slices = std::max<int64_t>(1, f32_piece_elements / std::max<int64_t>(slice, 1));
