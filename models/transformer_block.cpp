@@ -4,7 +4,6 @@
 #include <cmath>
 
 #include "models/init.h"
-#include "models/kernels/ops.h"
 
 namespace tower {
 
@@ -49,15 +48,22 @@ std::vector<Parameter*> TransformerBlock::parameters()
 	return all;
 }
 
-const Tensor& TransformerBlock::forward(const Tensor& x, int64_t batch)
+const Tensor& normalize(LayerNorm& norm, const Residual& x)
 {
-	const Ops& ops = ops_for(x.device());
+	return x.stream == nullptr ? norm.forward(*x.branch) : norm.forward_add(*x.branch, *x.stream);
+}
+
+Residual TransformerBlock::forward(const Residual& x, int64_t batch)
+{
 	// Each residual add goes into the projection's own output, which its backward never reads
-	// (no activation), so the stream costs no buffer of its own; the first is made in ln2's pass.
-	const Tensor& a = attn_.forward(ln1_.forward(x), batch);
-	const Tensor& m = proj_.forward(fc_.forward(ln2_.forward_add(a, x)));
-	ops.accumulate(1.0f, a, m);
-	return m;
+	// (no activation), so the stream costs no buffer of its own. Both are made in the next
+	// LayerNorm's pass: the attention's in ln2's, the MLP's in the next block's ln1 (or the final
+	// norm's). After ln1's, x.branch holds the block's input.
+	const Tensor& normalized = normalize(ln1_, x);
+	const Tensor& input = *x.branch;
+	const Tensor& a = attn_.forward(normalized, batch);
+	const Tensor& m = proj_.forward(fc_.forward(ln2_.forward_add(a, input)));
+	return {&m, &a};
 }
 
 const Tensor& TransformerBlock::backward(const Tensor& dy, const BackwardArgs& args)

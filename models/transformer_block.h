@@ -15,6 +15,17 @@ struct BlockShape {
 	int64_t layers = 0; // of the whole model: the residual projections' initialization shrinks with it
 };
 
+// A residual stream's value as branch + stream, not yet added: the LayerNorm that reads it adds
+// them in its own pass (LayerNorm::forward_add) and writes the sum into the branch, which must be
+// a buffer its producer's backward never reads. No stream: the value is the branch itself.
+struct Residual {
+	const Tensor* branch = nullptr;
+	const Tensor* stream = nullptr;
+};
+
+// The LayerNorm of a residual value: forward_add where it is a sum, else forward.
+const Tensor& normalize(LayerNorm& norm, const Residual& x);
+
 class TransformerBlock {
 public:
 	// Parameters "<prefix>ln1", "<prefix>attn.qkv", "<prefix>attn.proj", "<prefix>ln2",
@@ -24,8 +35,10 @@ public:
 	TransformerBlock(const std::string& prefix, const BlockShape& shape, uint64_t seed, const Device& device);
 
 	std::vector<Parameter*> parameters();
-	// x: [batch * T, width]; the result lives in the block's memory until its next forward.
-	const Tensor& forward(const Tensor& x, int64_t batch);
+	// The block's input x: [batch * T, width], as the previous block leaves it (Residual); its
+	// output likewise, branch + stream, the sum left to the next LayerNorm's pass (into the
+	// branch's memory, the block's own, which lives until its next forward).
+	Residual forward(const Residual& x, int64_t batch);
 	// The gradient of the last forward's x, given the output's.
 	const Tensor& backward(const Tensor& dy, const BackwardArgs& args);
 
