@@ -59,7 +59,10 @@ void Optimizer::step(const std::vector<Parameter*>& parameters, float lr)
 {
 	check_parameters_match(names_, parameters);
 	count_step();
-	for (size_t i = 0; i < parameters.size(); ++i) {
+	// Last parameter first: the first layers' values are then the last written, still in cache
+	// when the next forward pass begins with them. Each parameter's update is its own, so the
+	// order changes no bits.
+	for (size_t i = parameters.size(); i-- > 0;) {
 		const Parameter& p = *parameters[i];
 		UpdateRange range{p.value.data_as<float>(), p.grad.data_as<float>(), {}, p.value.numel()};
 		const auto state = parameter_state(i);
