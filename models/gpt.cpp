@@ -38,7 +38,7 @@ const Tensor& GptModel::logits(const Tensor& inputs, int64_t batch)
 	Residual x{&embedding_.forward(inputs, batch, options_.precision), nullptr};
 	for (auto& block : blocks_)
 		x = block->forward(x, batch);
-	xf_ = normalize(final_norm_, x);
+	xf_ = normalize_residual(final_norm_, x);
 	// The head is the token table transposed (tied weights): logits = xf wte^T.
 	logits_ = logits_ws_.get({xf_.dim(0), options_.vocab}, options_.precision, device_);
 	ops.gemm(Transpose::no, Transpose::yes, 1.0f, xf_, embedding_.working_table(), 0.0f, logits_);

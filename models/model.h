@@ -46,7 +46,8 @@ public:
 	// Differentiates the last forward's loss times options.loss_scale into the f32
 	// Parameter::grad (overwritten, or added to with options.accumulate). `on_ready` (may be
 	// empty) is called once per parameter, in reverse layer order, right after its gradient is
-	// complete.
+	// complete. A model may allow one backward per forward (the GPT in f32 on the CPU: its GELU
+	// layers use up what they kept, and refuse a second).
 	virtual void backward(const GradReadyFn& on_ready, const BackwardOptions& options) = 0;
 
 	// The type the layers compute in (f32, f16 or bf16); the master weights stay f32.

@@ -48,7 +48,7 @@ std::vector<Parameter*> TransformerBlock::parameters()
 	return all;
 }
 
-const Tensor& normalize(LayerNorm& norm, const Residual& x)
+const Tensor& normalize_residual(LayerNorm& norm, const Residual& x)
 {
 	return x.stream == nullptr ? norm.forward(*x.branch) : norm.forward_add(*x.branch, *x.stream);
 }
@@ -59,7 +59,7 @@ Residual TransformerBlock::forward(const Residual& x, int64_t batch)
 	// (no activation), so the stream costs no buffer of its own. Both are made in the next
 	// LayerNorm's pass: the attention's in ln2's, the MLP's in the next block's ln1 (or the final
 	// norm's). After ln1's, x.branch holds the block's input.
-	const Tensor& normalized = normalize(ln1_, x);
+	const Tensor& normalized = normalize_residual(ln1_, x);
 	const Tensor& input = *x.branch;
 	const Tensor& a = attn_.forward(normalized, batch);
 	const Tensor& m = proj_.forward(fc_.forward(ln2_.forward_add(a, input)));

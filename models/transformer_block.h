@@ -24,7 +24,7 @@ struct Residual {
 };
 
 // The LayerNorm of a residual value: forward_add where it is a sum, else forward.
-const Tensor& normalize(LayerNorm& norm, const Residual& x);
+const Tensor& normalize_residual(LayerNorm& norm, const Residual& x);
 
 class TransformerBlock {
 public:

@@ -1,6 +1,7 @@
 // The fused operations' defaults: their parts one after another, for a backend or a type without a
 // fused kernel (CUDA; on the CPU the 16-bit residual adds). The results are those of the parts,
-// rounded between them.
+// rounded between them. GELU's kept slope has no parts to fall back on: its defaults refuse (a
+// layer asks gelu_keeps_slope first).
 #include "models/kernels/ops.h"
 
 #include "base/error.h"

@@ -203,8 +203,8 @@ public:
 	// GELU with its slope kept, where gelu_keeps_slope(type) (the CPU in f32): gelu_forward_slope
 	// writes y = GELU(x) and then GELU'(x) over x; slope_backward_bias_grad takes dx = dy * slope
 	// and db as gelu_backward_bias_grad does, to its bits, but with no exponential left in the
-	// backward pass. Elsewhere (CUDA, the 16-bit types) a layer keeps x and runs the above; the
-	// defaults (fused_defaults.cpp) refuse, naming the backend.
+	// backward pass (dx may be slope itself, not dy). Elsewhere (CUDA, the 16-bit types) a layer
+	// keeps x and runs the above; the defaults (fused_defaults.cpp) refuse, naming the backend.
 	virtual bool gelu_keeps_slope(DType /*type*/) const { return false; }
 	virtual void gelu_forward_slope(const Tensor& x, const Tensor& y) const;
 	virtual void slope_backward_bias_grad(const Tensor& slope, const Tensor& dy, const Tensor& dx, const Tensor& db,

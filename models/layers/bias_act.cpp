@@ -5,10 +5,9 @@
 
 namespace tower {
 
-Tensor bias_act_backward(const Ops& ops, const Tensor& y, const Tensor& z, bool z_is_slope, const Tensor& dy,
-			 Activation activation,
-			 const Parameter& bias, int64_t positions, const BackwardArgs& args, Workspace& dz_ws,
-			 Workspace& db_ws)
+Tensor bias_act_backward(const Ops& ops, const Tensor& y, const Tensor& z, GeluKept kept, const Tensor& dy,
+			 Activation activation, const Parameter& bias, int64_t positions, const BackwardArgs& args,
+			 Workspace& dz_ws, Workspace& db_ws)
 {
 	const DType type = dy.dtype();
 	const Tensor db = grad_buffer(bias, type, db_ws);
@@ -16,7 +15,7 @@ Tensor bias_act_backward(const Ops& ops, const Tensor& y, const Tensor& z, bool 
 	if (activation == Activation::gelu) {
 		// The slope is read once, so dz takes its place: its lines are in cache as they are read
 		// (a buffer of its own would first be fetched from memory to be written).
-		if (z_is_slope) {
+		if (kept == GeluKept::slope) {
 			dz = z;
 			ops.slope_backward_bias_grad(z, dy, dz, db, accumulate_in_place(db, args));
 		} else {

@@ -10,14 +10,18 @@ namespace tower {
 
 enum class Activation { none, relu, gelu };
 
-// For y = act(z), z = (product) + b: dz (dy itself without an activation, else from `dz_ws`), and
-// b's gradient summed over `positions` per channel (1 for Linear, the output pixels for Conv2d),
-// finished into bias.grad and reported ready. ReLU's slope is read from y, GELU's from z (the
-// layer keeps it; unused otherwise): the pre-activation, or with z_is_slope the slope itself
-// (Ops::gelu_forward_slope); GELU's and the bias gradient are one pass.
-Tensor bias_act_backward(const Ops& ops, const Tensor& y, const Tensor& z, bool z_is_slope, const Tensor& dy,
-			 Activation activation,
-			 const Parameter& bias, int64_t positions, const BackwardArgs& args, Workspace& dz_ws,
-			 Workspace& db_ws);
+// What a layer with GELU keeps in z for its backward pass: the pre-activation, or (where
+// Ops::gelu_keeps_slope) GELU's slope, over which the backward writes dz, leaving it spent: a
+// second backward after one forward is refused.
+enum class GeluKept { input, slope, spent };
+
+// For y = act(z), z = (product) + b: dz (dy itself without an activation; GELU's over a kept slope,
+// else from `dz_ws`), and b's gradient summed over `positions` per channel (1 for Linear, the
+// output pixels for Conv2d), finished into bias.grad and reported ready. ReLU's slope is read from
+// y, GELU's from z (unused otherwise; `kept` says which it is); GELU's and the bias gradient are
+// one pass.
+Tensor bias_act_backward(const Ops& ops, const Tensor& y, const Tensor& z, GeluKept kept, const Tensor& dy,
+			 Activation activation, const Parameter& bias, int64_t positions, const BackwardArgs& args,
+			 Workspace& dz_ws, Workspace& db_ws);
 
 } // namespace tower

@@ -48,7 +48,7 @@ const Tensor& Conv2d::backward(const Tensor& dy, const BackwardArgs& args)
 	const Ops& ops = ops_for(dy.device());
 	const int64_t pixels = g_.col_cols();
 	const DType type = dy.dtype();
-	const Tensor dz = bias_act_backward(ops, y_, Tensor(), false, dy, activation_, bias_, pixels, args, dz_ws_, db_ws_);
+	const Tensor dz = bias_act_backward(ops, y_, Tensor(), GeluKept::input, dy, activation_, bias_, pixels, args, dz_ws_, db_ws_);
 
 	const Tensor ws = workspace(ops, type, dy.device());
 	const Tensor dw = grad_buffer(weight_, type, dw_ws_);

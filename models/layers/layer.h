@@ -28,7 +28,8 @@ public:
 
 	// Given the loss gradient of the last forward's output, writes the parameter gradients
 	// (calling on_ready for each, in reverse registration order, as soon as it is final) and
-	// returns the input gradient, or an undefined tensor when args.need_input_grad is false.
+	// returns the input gradient, or an undefined tensor when args.need_input_grad is false. A
+	// layer may refuse a second backward after one forward (Linear with GELU's kept slope).
 	virtual const Tensor& backward(const Tensor& dy, const BackwardArgs& args) = 0;
 };
 

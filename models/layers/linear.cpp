@@ -35,7 +35,7 @@ const Tensor& Linear::forward(const Tensor& x)
 	const Tensor b = working_value(bias_, x.dtype(), b_ws_);
 	y_ = y_ws_.get({x.dim(0), out_}, x.dtype(), x.device());
 	// W is [out, in]: the product reads it transposed in place and adds the bias before it writes
-	// y (a ReLU follows in a pass of its own). GELU's input stays for the backward pass.
+	// y (a ReLU follows in a pass of its own). GELU's input, or its slope, stays for the backward.
 	if (activation_ != Activation::gelu) {
 		ops.gemm_bias_act(Transpose::no, Transpose::yes, x, w_, b, activation_ == Activation::relu, y_);
 		return y_;
@@ -43,8 +43,8 @@ const Tensor& Linear::forward(const Tensor& x)
 	z_ = z_ws_.get({x.dim(0), out_}, x.dtype(), x.device());
 	ops.gemm_bias_act(Transpose::no, Transpose::yes, x, w_, b, false, z_);
 	// Where the backend can, z_ then holds GELU's slope: the backward pass only multiplies by it.
-	z_is_slope_ = ops.gelu_keeps_slope(x.dtype());
-	if (z_is_slope_)
+	gelu_kept_ = ops.gelu_keeps_slope(x.dtype()) ? GeluKept::slope : GeluKept::input;
+	if (gelu_kept_ == GeluKept::slope)
 		ops.gelu_forward_slope(z_, y_);
 	else
 		ops.gelu_forward(z_, y_);
@@ -55,9 +55,15 @@ const Tensor& Linear::backward(const Tensor& dy, const BackwardArgs& args)
 {
 	TOWER_CHECK(x_.data() != nullptr && dy.shape() == y_.shape(), "{}: backward of {} without a matching forward",
 		    weight_.name, shape_text(dy.shape()));
+	TOWER_CHECK(gelu_kept_ != GeluKept::spent,
+		    "{}: a second backward pass after one forward: GELU's slope, kept from the forward, was used "
+		    "up by the first (run forward again)",
+		    weight_.name);
 	const Ops& ops = ops_for(dy.device());
 	const DType type = dy.dtype();
-	const Tensor dz = bias_act_backward(ops, y_, z_, z_is_slope_, dy, activation_, bias_, 1, args, dz_ws_, db_ws_);
+	const Tensor dz = bias_act_backward(ops, y_, z_, gelu_kept_, dy, activation_, bias_, 1, args, dz_ws_, db_ws_);
+	if (gelu_kept_ == GeluKept::slope)
+		gelu_kept_ = GeluKept::spent; // dz is written over it
 	// A 16-bit weight gradient goes straight into the f32 Parameter::grad where the backend can
 	// (no 16-bit buffer and no cast pass over the largest tensor of the step).
 	if (type != DType::f32 && ops.gemm_into_f32(Transpose::yes, Transpose::no, 1.0f, dz, x_,

@@ -29,8 +29,8 @@ private:
 	Parameter bias_;
 	Tensor x_;
 	Tensor w_; // the weight in the compute type of the last forward
-	Tensor z_; // with GELU: the pre-activation x W^T + b, or its slope where z_is_slope_
-	bool z_is_slope_ = false;
+	Tensor z_; // with GELU: the pre-activation x W^T + b, or its slope (then dz after backward)
+	GeluKept gelu_kept_ = GeluKept::input;
 	Tensor y_;
 	Workspace w_ws_;
 	Workspace b_ws_;

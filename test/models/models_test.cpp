@@ -171,3 +171,33 @@ TEST_CASE("models report gradients last layer first and a few SGD steps lower th
 		CHECK(last < 0.7f * first); // random guessing would not move it
 	}
 }
+
+// In f32 on the CPU the GPT's GELU layers keep GELU's slope from the forward pass and write the
+// gradient over it: a second backward after one forward must be refused with the reason, not run
+// on the first one's gradient; after the next forward, backward gives the first gradients again.
+TEST_CASE("the gpt refuses a second backward pass after one forward, naming the layer")
+{
+	ModelConfig config;
+	config.name = "gpt";
+	config.layers = 1, config.width = 32, config.heads = 2, config.context = 16;
+	auto m = make_model(config, Device{});
+	Tensor windows = Tensor::empty({2, config.context + 1}, DType::i32, Device{});
+	for (int64_t i = 0; i < windows.numel(); ++i)
+		windows.data_as<int32_t>()[i] = static_cast<int32_t>((i * 37) % 256);
+	const Batch batch{{{"tokens", windows}}};
+	const auto grads = [&] {
+		std::vector<float> all;
+		for (Parameter* p : m->parameters())
+			for (float v : p->grad.to_host_f32())
+				all.push_back(v);
+		return all;
+	};
+	m->forward(batch);
+	m->backward({}, BackwardOptions{});
+	const std::vector<float> first = grads();
+	CHECK_THROWS_WITH_AS(m->backward({}, BackwardOptions{}), doctest::Contains("h0.mlp.fc.weight: a second backward"),
+			     Error);
+	m->forward(batch);
+	m->backward({}, BackwardOptions{});
+	CHECK(grads() == first);
+}

@@ -152,6 +152,32 @@ TEST_CASE("bias with ReLU, bias gradient (accumulating), fill and accumulate")
 	CHECK(db.to_host_f32()[0] == doctest::Approx(-g[0]));
 }
 
+// A Linear layer's bias gradient in f32 adds each column's rows in order, 64 columns at a time in
+// registers and the rest one by one: the same bits as the plain sum, overwriting and adding, at
+// widths with and without a tail.
+TEST_CASE("the f32 bias gradient of rows is each column's rows added in order, to the bit")
+{
+	const Ops& ops = ops_for(Device{});
+	for (const int64_t channels : {40, 64, 136, 768})
+		for (bool add : {false, true}) {
+			CAPTURE(channels);
+			CAPTURE(add);
+			const int64_t rows = 37;
+			const std::vector<float> dy = seeded_uniform("rows", static_cast<uint64_t>(channels), rows * channels, 3.0f);
+			const std::vector<float> start = seeded_uniform("start", 1, channels, 1.0f);
+			const Tensor db = Tensor::from_host(start, {channels}, Device{});
+			ops.bias_grad(Tensor::from_host(dy, {rows, channels}, Device{}), db, 1, add);
+			std::vector<float> want(static_cast<size_t>(channels));
+			for (int64_t c = 0; c < channels; ++c) {
+				float s = add ? start[c] : 0.0f;
+				for (int64_t r = 0; r < rows; ++r)
+					s += dy[r * channels + c];
+				want[c] = s;
+			}
+			CHECK(db.to_host_f32() == want);
+		}
+}
+
 // The product with its bias against its two parts (the default, Ops::gemm_bias_act): the same bits
 // in f32; in 16 bits within one rounding of float64 (the parts round twice). n = 512 with few
 // rows is the shape whose B the CPU copies below AVX-512 (ops-avx2).
