@@ -114,8 +114,14 @@ double seconds_per_call(const std::function<void()>& body, double min_seconds)
 
 // --cold: every timed call finds its operands out of the caches, as a step's GEMMs find the
 // activations written layers before (64 MiB written between calls, twice a 32 MiB L3; only the
-// call is timed).
+// call is timed, but it may meet the write-backs of those lines: read instead of written, they
+// gave the same times within their spread in a oneDNN test program on a Zen 5).
 bool cold_operands = false;
+
+const char* operands_where()
+{
+	return cold_operands ? "each call's operands out of the caches (--cold)" : "operands in cache, back to back";
+}
 
 double seconds_per_cold_call(const std::function<void()>& body, double min_seconds)
 {
@@ -174,10 +180,10 @@ int bench_gpt(const ModelConfig& config, int64_t windows, double min_seconds)
 	const bool attention = ops_for(Device{}).causal_attention_uses_room(config.precision);
 	const auto gemms = gpt_step_gemms(o, windows, attention, repeats);
 	std::printf("oneDNN %s, %s kernels, %d thread(s), %s, GPT %lld layers width %lld heads %lld context %lld, "
-		    "%lld windows\n",
+		    "%lld windows; %s\n",
 		    onednn_version(), onednn_isa(), cpu_threads(), std::string(dtype_name(config.precision)).c_str(),
 		    static_cast<long long>(o.layers), static_cast<long long>(o.width), static_cast<long long>(o.heads),
-		    static_cast<long long>(o.context), static_cast<long long>(windows));
+		    static_cast<long long>(o.context), static_cast<long long>(windows), operands_where());
 	std::printf("%-18s %6s %6s %6s %6s %6s %10s %14s\n", "GEMM", "batch", "M", "K", "N", "x/step", "ms",
 		    "GFLOP/s/core");
 	// Attention's products are timed whole; the step computes their causal share, counted as that
@@ -239,8 +245,8 @@ int main(int argc, char** argv)
 	}
 	const auto gemms = mlp_step_gemms(batch, 1024, 2);
 
-	std::printf("oneDNN %s, %s kernels, %d thread(s), %s, MLP 784-1024-1024-10 batch %lld\n", onednn_version(),
-		    onednn_isa(), cpu_threads(), precision.c_str(), static_cast<long long>(batch));
+	std::printf("oneDNN %s, %s kernels, %d thread(s), %s, MLP 784-1024-1024-10 batch %lld; %s\n", onednn_version(),
+		    onednn_isa(), cpu_threads(), precision.c_str(), static_cast<long long>(batch), operands_where());
 	std::printf("%-14s %6s %6s %6s %12s %14s\n", "GEMM", "M", "K", "N", "ms", "GFLOP/s/core");
 	double gemm_seconds = 0.0, step_flops = 0.0;
 	for (const StepGemm& g : gemms) {
@@ -267,7 +273,9 @@ int main(int argc, char** argv)
 		},
 		0.0) / steps;
 	std::printf("\n%-38s %10s %14s\n", "", "ms/step", "GFLOP/s/core");
-	std::printf("%-38s %10.3f %14.1f\n", "the step's GEMMs alone, back to back", 1e3 * gemm_seconds,
+	std::printf("%-38s %10.3f %14.1f\n",
+		    cold_operands ? "the step's GEMMs alone, operands cold" : "the step's GEMMs alone, back to back",
+		    1e3 * gemm_seconds,
 		    step_flops / gemm_seconds / 1e9 / cpu_threads());
 	std::printf("%-38s %10.3f %14.1f\n", "forward + backward of the model", 1e3 * step,
 		    step_flops / step / 1e9 / cpu_threads());
