@@ -107,9 +107,10 @@ void run_matmul(DnnlPrimitive& primitive, const void* a, const void* b, const vo
 // dz W of a 1024-wide layer at batch 128 ran at 41 GFLOP/s, and at 85 with B's rows one cache
 // line further apart; from 384 rows of A on it packs B itself and gains nothing from a copy, and
 // under 8 rows the copy costs more than the product (docs/cpu-compute.md, "B's rows on AVX2").
-// The AVX-512 kernels (brgemm) are left alone: at the MLP's shapes either layout ran at the same
-// speed, and at the GPT's dz W (K = 1024, rows 1 KiB apart), where a copy was faster alone, it
-// was slower inside the training step (docs/transformer.md, "Operand layouts tried inside the step").
+// The AVX-512 kernels (brgemm) are left alone: at the MLP model's shapes (batch 128) either layout
+// ran at the same speed, and at the GPT's dz W of 1024 x 1024 x 256 (rows 1 KiB apart), where a
+// copy was faster alone, it was slower inside the training step (docs/transformer.md, "Operand
+// layouts tried inside the step").
 bool b_rows_alias(const GemmKey& key, const DnnlPrimitive& f32_primitive)
 {
 	const int64_t pitch_bytes = key.ldb * static_cast<int64_t>(sizeof(float));
