@@ -8,6 +8,7 @@ at least replicated's accuracy less 3 points, and 80% (a broken async, one that 
 updates, lands far below both). Usage: async_accuracy_test.py MPIRUN TOWER"""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -43,4 +44,5 @@ if s["test_accuracy"] < least:
     print(f"FAIL: async below {100 * least:.2f}% test accuracy (replicated's less {100 * MARGIN:.1f} points, "
           f"at least {100 * FLOOR:.0f}%)")
     sys.exit(1)
+shutil.rmtree(folder, ignore_errors=True)
 print("OK")

@@ -5,6 +5,7 @@ Also a kill in the middle of writing, a corrupt latest checkpoint, and the resum
 Usage: checkpoint_test.py MPIRUN TOWER"""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -140,5 +141,7 @@ if os.path.exists(latest):
 
 if failures:
     print("\n".join(failures))
+    print(f"the runs' files are kept in {tmp}")
     sys.exit(1)
+shutil.rmtree(tmp, ignore_errors=True)
 print("checkpoint test: all checks passed")

@@ -4,6 +4,7 @@ layout) and naive end on the same parameter hash, and a run repeats bit for bit.
 Usage: deterministic_test.py MPIRUN TOWER"""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -49,5 +50,7 @@ expect(r.returncode != 0 and "--deterministic" in r.stderr and "replicated" in r
 
 if failures:
     print("\n".join(failures))
+    print(f"the runs' files are kept in {tmp}")
     sys.exit(1)
+shutil.rmtree(tmp, ignore_errors=True)
 print("deterministic test: all checks passed")

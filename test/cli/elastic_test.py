@@ -8,6 +8,7 @@ it gives up below --min-np and after --max-restarts, naming why, does not restar
 fails for a reason a restart cannot fix, and stops the job without a restart on SIGTERM.
 Usage: elastic_test.py MPIRUN TOWER"""
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -139,5 +140,7 @@ expect(r.returncode == 2 and "no --checkpoint-dir" in r.stderr, f"no --checkpoin
 
 if failures:
     print("\n".join(failures))
+    print(f"the runs' files are kept in {tmp}")
     sys.exit(1)
+shutil.rmtree(tmp, ignore_errors=True)
 print("elastic test: all checks passed")

@@ -5,6 +5,7 @@ values), with the outer all-reduce overlapped too; the summary's syncs and bytes
 outer all-reduces; the option errors on every rank. Usage: local_sgd_test.py MPIRUN TOWER"""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -131,5 +132,7 @@ expect(r.returncode != 0 and "local-sgd" in r.stderr, f"--sync-every under repli
 
 if failures:
     print("\n".join(failures))
+    print(f"the runs' files are kept in {tmp}")
     sys.exit(1)
+shutil.rmtree(tmp, ignore_errors=True)
 print(f"local-sgd test: all checks passed (hash {whole.get('replica_hash')} whole and resumed)")

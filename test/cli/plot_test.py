@@ -5,17 +5,18 @@ short, the bench modes, and its errors. Skips (77) where /usr/bin/python3 has no
 Usage: plot_test.py TOWER"""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 
 tower = sys.argv[1]
 failures = []
-tmp = tempfile.mkdtemp(prefix="tower-plot-test-")
 
 if subprocess.run(["/usr/bin/python3", "-c", "import matplotlib"], capture_output=True).returncode != 0:
     print("SKIP: /usr/bin/python3 has no matplotlib: run scripts/setup-deps (python3-matplotlib)")
     sys.exit(77)
+tmp = tempfile.mkdtemp(prefix="tower-plot-test-")
 
 
 def expect(cond, what):
@@ -98,5 +99,7 @@ expect(r.returncode != 0 and "holds no step lines" in r.stderr, f"bench rows giv
 
 if failures:
     print("\n".join(f"FAIL: {f}" for f in failures))
+    print(f"the runs' files are kept in {tmp}")
     sys.exit(1)
+shutil.rmtree(tmp, ignore_errors=True)
 print("plot: runs, an unfinished run and bench rows drawn; errors reported")

@@ -200,6 +200,7 @@ def main():
             f.write("\n")
         os.rename(TABLE + ".partial", TABLE)
         print(f"recorded {len(now)} hashes for {here}")
+        shutil.rmtree(tmp, ignore_errors=True)
         return 0
 
     recorded = table["machines"].get(here, {})
@@ -215,6 +216,7 @@ def main():
             ref, why = build_reference(source_root, build_root, commit)
             if ref is None:
                 print(f"SKIP: {why}")
+                shutil.rmtree(tmp, ignore_errors=True)
                 return SKIP
             print(f"{len(missing)} run(s) not recorded for {here}: comparing them with a build of {commit}")
             gan = gan_of(ref[0], ref[1], tmp) if any(runs()[n][0] == "gan" for n in missing) else None
@@ -226,7 +228,9 @@ def main():
         print(f"{name}: {now[name]}")
     if wrong:
         print(f"replica hashes differ from {source}:\n  " + "\n  ".join(wrong))
+        print(f"the runs' files are kept in {tmp}")
         return 1
+    shutil.rmtree(tmp, ignore_errors=True)
     print(f"replica hash test: all {len(now)} runs end on the hashes of {source}")
     return 0
 

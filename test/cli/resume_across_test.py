@@ -9,6 +9,7 @@ or 3 owners). An async checkpoint (no two runs of it are alike) is checked by it
 Usage: resume_across_test.py MPIRUN TOWER"""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -104,5 +105,7 @@ expect(r.returncode != 0 and "format version 1; this tower reads version 2" in r
 
 if failures:
     print("\n".join(failures))
+    print(f"the runs' files are kept in {tmp}")
     sys.exit(1)
+shutil.rmtree(tmp, ignore_errors=True)
 print("resume-across test: all checks passed")

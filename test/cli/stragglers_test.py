@@ -4,6 +4,7 @@ dropping a straggler's gradients, async with a dedicated server, owners dropping
 the metrics they log, a clean end whatever the delay, and the errors of their options. Usage: stragglers_test.py MPIRUN TOWER"""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -126,5 +127,7 @@ for np, args, text in [
 
 if failures:
     print("\n".join(failures))
+    print(f"the runs' files are kept in {tmp}")
     sys.exit(1)
+shutil.rmtree(tmp, ignore_errors=True)
 print("stragglers test: all checks passed")

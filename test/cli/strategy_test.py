@@ -3,6 +3,7 @@
 dedicated servers, variable averages, and the strategy options' errors. Usage: strategy_test.py MPIRUN TOWER"""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -105,5 +106,7 @@ for np, args, text in [
 
 if failures:
     print("\n".join(failures))
+    print(f"the runs' files are kept in {tmp}")
     sys.exit(1)
+shutil.rmtree(tmp, ignore_errors=True)
 print("strategy test: all checks passed")

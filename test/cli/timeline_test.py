@@ -6,6 +6,7 @@ per-rank parts, readable as they are. Usage: timeline_test.py MPIRUN TOWER"""
 import collections
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -119,5 +120,7 @@ for rank, part in enumerate(parts):
 
 if failures:
     print("\n".join(f"FAIL: {f}" for f in failures))
+    print(f"the runs' files are kept in {tmp}")
     sys.exit(1)
+shutil.rmtree(tmp, ignore_errors=True)
 print("timeline: replicated, parameter-server and killed-run traces read back as expected")

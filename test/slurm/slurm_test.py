@@ -113,5 +113,7 @@ finally:
 
 if failures:
     print("\n".join(f"FAIL: {f}" for f in failures))
+    print(f"the runs' files are kept in {tmp}")
     sys.exit(1)
+shutil.rmtree(tmp, ignore_errors=True)
 print(f"slurm: train and bench jobs ran under Slurm ({launcher}) and wrote what they should")
