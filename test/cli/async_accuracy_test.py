@@ -27,6 +27,7 @@ def train(name, *strategy):
                        capture_output=True, text=True, timeout=240)
     if r.returncode != 0:
         print(f"tower train ({name}) failed ({r.returncode}):\n{r.stderr[-3000:]}")
+        print(f"the runs' files are kept in {folder}")
         sys.exit(1)
     return json.loads(open(metrics).read().splitlines()[-1])
 
@@ -38,11 +39,13 @@ print(f"async --max-staleness 1, 3 ranks, 2 epochs: test accuracy {100 * s['test
       f"{s['staleness_mean']:.2f} max {s['staleness_max']}, {s['updates']} updates")
 if s["strategy"] != "async" or s["updates"] != 936 or s["dropped_stale"] != 0:
     print(f"FAIL: not the planned async run: {s}")
+    print(f"the runs' files are kept in {folder}")
     sys.exit(1)
 least = max(FLOOR, reference["test_accuracy"] - MARGIN)
 if s["test_accuracy"] < least:
     print(f"FAIL: async below {100 * least:.2f}% test accuracy (replicated's less {100 * MARGIN:.1f} points, "
           f"at least {100 * FLOOR:.0f}%)")
+    print(f"the runs' files are kept in {folder}")
     sys.exit(1)
 shutil.rmtree(folder, ignore_errors=True)
 print("OK")

@@ -118,8 +118,10 @@ for model, text in ((["--layers", "1", "--width", "32", "--heads", "3"], "--head
         expect(any(x.startswith(f"[rank {rank}] error:") and text in x for x in r.stderr.splitlines()),
                f"{args}: rank {rank} did not say '{text}': {r.stderr[-1500:]}")
 
-shutil.rmtree(tmp, ignore_errors=True)
 for f in failures:
     print("FAIL:", f)
 print("ok" if not failures else f"{len(failures)} failure(s)")
-sys.exit(1 if failures else 0)
+if failures:
+    print(f"the runs' files are kept in {tmp}")
+    sys.exit(1)
+shutil.rmtree(tmp, ignore_errors=True)

@@ -55,8 +55,9 @@ cpu, gpu = losses("cpu"), losses("cuda")
 expect(len(cpu) == 4 and len(gpu) == 4, f"step lines: cpu {cpu}, gpu {gpu}")
 expect(all(abs(a - b) <= 1e-3 * max(1.0, abs(a)) for a, b in zip(cpu, gpu)), f"losses differ: cpu {cpu}, gpu {gpu}")
 
-shutil.rmtree(tmp, ignore_errors=True)
 if failures:
     print("gpu_test: FAILED\n  " + "\n  ".join(failures))
+    print(f"the runs' files are kept in {tmp}")
     sys.exit(1)
+shutil.rmtree(tmp, ignore_errors=True)
 print("gpu_test: ok")

@@ -131,7 +131,8 @@ def hashes(mpirun, build, tmp, names, gan=None):
         r = subprocess.run([mpirun, "-np", str(np), "-x", "LD_LIBRARY_PATH", *cmd], capture_output=True, text=True,
                            timeout=300, env=run_env)
         if r.returncode != 0:
-            sys.exit(f"{name}: {cmd[0]} failed ({r.returncode}): {r.stderr[-1500:]}")
+            sys.exit(f"{name}: {cmd[0]} failed ({r.returncode}; the runs' files are kept in {tmp}): "
+                     f"{r.stderr[-1500:]}")
         with open(metrics) as f:
             last = [json.loads(x) for x in f][-1]
         result[name] = f"{last['G_hash']}-{last['D_hash']}" if program == "gan" else last["replica_hash"]

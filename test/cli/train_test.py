@@ -191,8 +191,10 @@ if r.returncode == 0:
     for key in ("grad_norm", "loss_scale_log2", "peak_memory_bytes", "allreduce_bytes", "hidden_fraction"):
         expect(key in first, f"step line lacks {key}")
 
-shutil.rmtree(tmp, ignore_errors=True)
 for f in failures:
     print("FAIL:", f)
 print("train_test:", "ok" if not failures else f"{len(failures)} failure(s)")
-sys.exit(1 if failures else 0)
+if failures:
+    print(f"the runs' files are kept in {tmp}")
+    sys.exit(1)
+shutil.rmtree(tmp, ignore_errors=True)
