@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "base/tensor/tensor.h"
@@ -104,6 +105,12 @@ public:
 	{
 		return false;
 	}
+
+	// Empty where products of `type` run on kernels made for it; otherwise why they do not (the
+	// CPU without oneDNN kernels for a 16-bit type widens each product's operands to f32 and
+	// computes in f32): such a run pays the casts and gains no faster products, and the trainer
+	// says so at its start.
+	virtual std::string why_products_widen(DType /*type*/) const { return {}; }
 
 	virtual void fill(const Tensor& x, float value) const = 0;
 	// y += alpha * x.

@@ -72,6 +72,7 @@ private:
 	nlohmann::json strategy_metrics() const;
 	// runtime/training/trainer.cpp: what both loops share.
 	void announce();
+	void announce_widened_products() const;
 	void save_checkpoint();
 	void resume(int64_t* first_update);
 	void evaluate(int epoch);

@@ -7,6 +7,8 @@
 #include "base/error.h"
 #include "base/tensor/memory.h"
 #include "base/watchdog/watched_wait.h"
+#include "models/kernels/ops.h"
+#include "runtime/options/run_fields.h"
 
 namespace tower {
 
@@ -82,11 +84,27 @@ void Trainer::Run::announce()
 			facts_.transport, facts_.update_is_sharded ? " (update sharded across the node)" : ""));
 	if (!facts_.layout.empty())
 		say(facts_.layout);
+	announce_widened_products();
 	if (facts_.name == "replicated" && c_.strategy.replicated.shard_update && device_.is_cuda())
 		say("`shard_update`: not on GPUs; each GPU keeps and updates a whole copy (the sharded update "
 		    "splits it over a node's CPU ranks through shared memory)");
 	if (facts_.details.contains("placement"))
 		write({{"event", "placement"}, {"placement", facts_.details["placement"]}});
+}
+
+// A 16-bit run on a CPU without matrix kernels for its type computes every product in f32 on
+// widened copies: it pays the casts and gains no faster products, so it is slower than fp32 there
+// (docs/transformer.md, "bf16 on a CPU without bf16 instructions"). Said once, by rank 0.
+void Trainer::Run::announce_widened_products() const
+{
+	const DType type = tower_->model().precision();
+	const std::string why = ops_for(device_).why_products_widen(type);
+	if (why.empty())
+		return;
+	const std::string name = precision_text(type);
+	say(fmt::format("{}: {}; each product widens its operands to f32 and computes in f32, so {} trains slower "
+			"than fp32 here (`precision` fp32 is the faster choice on this CPU)",
+			name, why, name));
 }
 
 void Trainer::Run::say(const std::string& line) const

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """`tower train --model gpt` and `tower sample` under mpirun: N ranks equal 1 rank on the same global
-batch, parameter-server agrees with replicated, bf16 trains, a resume ends on the uninterrupted run's
+batch, parameter-server agrees with replicated, bf16 trains (and says where its products are widened), a resume ends on the uninterrupted run's
 hash, sampling a checkpoint prints text, and bad options fail on every rank.
 Usage: gpt_test.py MPIRUN TOWER"""
 import json
@@ -16,10 +16,10 @@ tmp = tempfile.mkdtemp(prefix="tower-gpt-test-")
 SMALL = ["--layers", "2", "--width", "32", "--heads", "2", "--context", "32"]
 
 
-def run(np, *args, batch=8, model=SMALL):
+def run(np, *args, batch=8, model=SMALL, env=None):
     return subprocess.run([mpirun, "-np", str(np), tower, "train", "--device", "cpu", "--model", "gpt", *model,
                            "--optimizer", "adamw", "--lr", "3e-3", "--batch", str(batch), *args],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, env=env)
 
 
 def metrics(name, np, *args, batch=8):
@@ -60,6 +60,16 @@ bf16 = metrics("bf16", 2, "--max-steps", "24", "--log-every", "4", "--eval-every
 if bf16:
     l = [x["loss"] for x in bf16 if x["event"] == "step"]
     expect(l[-1] < l[0] - 0.5, f"bf16 did not train: {l}")
+
+# With oneDNN held to AVX2 (no bf16 matrix kernels) a bf16 run says once, at its start, that its products
+# run in f32 on widened copies; an fp32 run there says nothing of the kind.
+avx2 = dict(os.environ, ONEDNN_MAX_CPU_ISA="AVX2")
+widened = lambda r: [line for line in r.stdout.splitlines() if "widens its operands to f32" in line]
+r = run(2, "--max-steps", "1", "--eval-every", "0", "--precision", "bf16", batch=4, env=avx2)
+expect(r.returncode == 0 and len(widened(r)) == 1 and "no bf16 matrix kernels for this CPU (avx2 kernels)" in r.stdout,
+       f"bf16 on AVX2 kernels: {r.returncode} {widened(r)} {r.stdout[-1000:]} {r.stderr[-1000:]}")
+r = run(2, "--max-steps", "1", "--eval-every", "0", batch=4, env=avx2)
+expect(r.returncode == 0 and not widened(r), f"fp32 on AVX2 kernels: {r.returncode} {widened(r)} {r.stderr[-1000:]}")
 
 # Accumulating 2 micro-batches of 4 is one batch of 8.
 acc = metrics("acc", 1, *common, "--accumulate", "2", batch=4)

@@ -379,6 +379,23 @@ TEST_CASE("the convolution's workspace holds what fits in 128 MiB, at least one 
 			     doctest::Contains("one image needs"), tower::Error);
 }
 
+TEST_CASE("why_products_widen names the kernels oneDNN lacks where 16-bit products are widened to f32")
+{
+	const Ops& ops = cpu_ops();
+	const std::string isa = onednn_isa();
+	CAPTURE(isa);
+	CHECK(ops.why_products_widen(DType::f32).empty());
+	// AVX512_BF16 and AMX have bf16 kernels; AVX2 (the ops-avx2 test) has no 16-bit kernels at all.
+	if (isa == "avx512_core_bf16" || isa == "avx512_core_amx")
+		CHECK(ops.why_products_widen(DType::bf16).empty());
+	if (isa.rfind("avx2", 0) == 0)
+		for (DType t : {DType::bf16, DType::f16}) {
+			const std::string why = ops.why_products_widen(t);
+			CHECK(why.find(fmt::format("no {} matrix kernels for this CPU ({} kernels)", dtype_name(t), isa)) !=
+			      std::string::npos);
+		}
+}
+
 TEST_CASE("gemm_into_f32 writes bf16 products into f32 unrounded, and declines other types")
 {
 	const Ops& ops = cpu_ops();

@@ -6,6 +6,7 @@
 #include <tuple>
 
 #include "models/kernels/cpu/cpu_ops.h"
+#include "models/kernels/cpu/cpu_threads.h"
 #include "models/kernels/cpu/dnnl_cpu.h"
 #include "models/kernels/cpu/f32_copy.h"
 #include "models/kernels/ops_checks.h"
@@ -299,6 +300,19 @@ void CpuOps::gemm_strided_batched(Transpose ta, Transpose tb, float alpha, const
 		key.group_c = c.group_stride;
 	}
 	run_cached(key, span_of(a), span_of(b), span_of(c));
+}
+
+std::string CpuOps::why_products_widen(DType type) const
+{
+	if (type == DType::f32)
+		return {};
+	// A probe of the layers' kind of product (x W^T), planned as theirs are: where oneDNN has only
+	// its reference kernel or none for the type, the plan widens.
+	const GemmKey probe{64, 64, 64, 64, 64, 64, false, true, type, 1.0f, 0.0f, type};
+	if (!plan_gemm(probe).widen)
+		return {};
+	return fmt::format("oneDNN {} has no {} matrix kernels for this CPU ({} kernels)", onednn_version(),
+			   dtype_name(type), onednn_isa());
 }
 
 bool CpuOps::gemm_into_f32(Transpose ta, Transpose tb, float alpha, const Tensor& a, const Tensor& b, float beta,

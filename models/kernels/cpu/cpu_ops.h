@@ -10,6 +10,7 @@ class CpuOps final : public Ops {
 public:
 	void gemm(Transpose ta, Transpose tb, float alpha, const Tensor& a, const Tensor& b, float beta,
 		  const Tensor& c) const override;
+	std::string why_products_widen(DType type) const override;
 	bool gemm_into_f32(Transpose ta, Transpose tb, float alpha, const Tensor& a, const Tensor& b, float beta,
 			   const Tensor& c) const override;
 	void fill(const Tensor& x, float value) const override;
