@@ -98,12 +98,17 @@ void Trainer::Run::announce()
 void Trainer::Run::announce_widened_products() const
 {
 	const DType type = tower_->model().precision();
-	const std::string why = ops_for(device_).why_products_widen(type);
+	std::string why;
+	try {
+		why = ops_for(device_).why_products_widen(type);
+	} catch (const std::exception&) {
+		return; // only a note: the run's own products say what is wrong, on every rank
+	}
 	if (why.empty())
 		return;
 	const std::string name = precision_text(type);
 	say(fmt::format("{}: {}; each product widens its operands to f32 and computes in f32, so {} trains slower "
-			"than fp32 here (`precision` fp32 is the faster choice on this CPU)",
+			"than fp32 here (`precision` fp32 is the faster choice on this machine)",
 			name, why, name));
 }
 

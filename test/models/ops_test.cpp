@@ -391,7 +391,8 @@ TEST_CASE("why_products_widen names the kernels oneDNN lacks where 16-bit produc
 	if (isa.rfind("avx2", 0) == 0)
 		for (DType t : {DType::bf16, DType::f16}) {
 			const std::string why = ops.why_products_widen(t);
-			CHECK(why.find(fmt::format("no {} matrix kernels for this CPU ({} kernels)", dtype_name(t), isa)) !=
+			CAPTURE(why);
+			CHECK(why.find(fmt::format("running its {} kernels here, has no matrix kernels", isa)) !=
 			      std::string::npos);
 		}
 }

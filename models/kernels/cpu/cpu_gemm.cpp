@@ -307,12 +307,14 @@ std::string CpuOps::why_products_widen(DType type) const
 	if (type == DType::f32)
 		return {};
 	// A probe of the layers' kind of product (x W^T), planned as theirs are: where oneDNN has only
-	// its reference kernel or none for the type, the plan widens.
+	// its reference kernel or none for the type, the plan widens. (The bias and into-f32 forms and
+	// the batched products are planned the same way, on the same instruction set.)
+	pin_cpu_threads(); // making a primitive may run parallel code, as in run_cached
 	const GemmKey probe{64, 64, 64, 64, 64, 64, false, true, type, 1.0f, 0.0f, type};
 	if (!plan_gemm(probe).widen)
 		return {};
-	return fmt::format("oneDNN {} has no {} matrix kernels for this CPU ({} kernels)", onednn_version(),
-			   dtype_name(type), onednn_isa());
+	return fmt::format("oneDNN {}, running its {} kernels here, has no matrix kernels for this type",
+			   onednn_version(), onednn_isa());
 }
 
 bool CpuOps::gemm_into_f32(Transpose ta, Transpose tb, float alpha, const Tensor& a, const Tensor& b, float beta,
