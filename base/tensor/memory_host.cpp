@@ -3,12 +3,19 @@
 
 #include <sys/resource.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
 #include "base/error.h"
 
 namespace tower {
+
+namespace {
+
+std::atomic<size_t> allocations{0};
+
+} // namespace
 
 void* host_alloc(size_t bytes)
 {
@@ -19,12 +26,18 @@ void* host_alloc(size_t bytes)
 	void* p = std::aligned_alloc(alignment, rounded);
 	if (!p)
 		throw Error(fmt::format("out of host memory allocating {} bytes", bytes));
+	allocations.fetch_add(1, std::memory_order_relaxed);
 	return p;
 }
 
 void host_free(void* pointer) noexcept
 {
 	std::free(pointer);
+}
+
+size_t host_allocations()
+{
+	return allocations.load(std::memory_order_relaxed);
 }
 
 size_t host_peak_rss_bytes()

@@ -6,6 +6,7 @@
 #include <limits>
 #include <tuple>
 
+#include "base/tensor/memory_host.h"
 #include "models/kernels/cpu/cpu_threads.h"
 #include "models/kernels/cpu/dnnl_cpu.h"
 #include "models/init.h"
@@ -552,6 +553,31 @@ TEST_CASE("the CPU backend makes each oneDNN primitive once per shape and reuses
 	const Tensor c2 = Tensor::zeros({6, 6}, DType::f32, Device{});
 	ops.gemm(Transpose::no, Transpose::yes, 1.0f, a, a, 0.0f, c2);
 	CHECK(dnnl_primitives_made() == made + 1);
+}
+
+TEST_CASE("the CPU backend keeps its widened copies' memory: a repeated 16-bit product allocates nothing")
+{
+	const Ops& ops = cpu_ops();
+	for (DType t : {DType::f16, DType::bf16}) {
+		CAPTURE(dtype_name(t));
+		if (ops.why_products_widen(t).empty()) {
+			MESSAGE("this CPU has kernels for ", dtype_name(t), ": nothing is widened");
+			continue;
+		}
+		auto typed = [&](const Shape& shape, const char* name) {
+			Tensor out = Tensor::empty(shape, t, Device{});
+			ops.cast(random_tensor(shape, name), out, false);
+			return out;
+		};
+		const Tensor a = typed({64, 48}, "a"), b = typed({40, 48}, "b"), c = typed({64, 40}, "c");
+		ops.gemm(Transpose::no, Transpose::yes, 1.0f, a, b, 0.0f, c); // makes the plan and the first copies
+		const std::vector<float> first = c.to_host_f32();
+		const size_t before = host_allocations();
+		for (int i = 0; i < 3; ++i)
+			ops.gemm(Transpose::no, Transpose::yes, 1.0f, a, b, 0.0f, c);
+		CHECK(host_allocations() == before);
+		CHECK(c.to_host_f32() == first);
+	}
 }
 
 TEST_CASE("max pooling picks the first of equal maxima and routes gradients to it")

@@ -2,6 +2,7 @@
 #include "models/kernels/cpu/f32_copy.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "base/tensor/half.h"
 #include "base/error.h"
@@ -56,15 +57,64 @@ void narrow_range(const float* in, const Tensor& dst, int64_t start, int64_t cou
 	}
 }
 
+namespace {
+
+// Where oneDNN has no kernels for a 16-bit type, every product widens its operands into copies,
+// hundreds a step of up to 4 MiB each at the GPT's shapes. Allocated and freed each time, glibc
+// gave the top of its heap back to the kernel and took it again (a few brk calls a step), and the
+// pages were faulted in anew: an fp16 GPT step on a Zen 5 took 145-172 compute ms in some runs and
+// 295-412 in others, with 2.1-3.3 s of system time a run against 0.5 (docs/cpu-compute.md, "16-bit
+// types"). A thread keeps the buffers of its last copies instead, the largest few (memory of the
+// order of the 4 copies one product holds at once): after the first step every copy fits one.
+constexpr size_t kept_buffers = 6;
+
+std::vector<Tensor>& kept()
+{
+	thread_local std::vector<Tensor> buffers;
+	return buffers;
+}
+
+// The last kept buffer of at least `elements` floats, the likeliest still in cache, or a new one.
+Tensor take_buffer(int64_t elements)
+{
+	std::vector<Tensor>& buffers = kept();
+	for (auto it = buffers.rbegin(); it != buffers.rend(); ++it)
+		if (it->numel() >= elements) {
+			Tensor buffer = std::move(*it);
+			buffers.erase(std::next(it).base());
+			return buffer;
+		}
+	return Tensor::empty({elements}, DType::f32, Device{});
+}
+
+// Keeps `buffer` for a later copy, dropping the smallest where more than kept_buffers are kept.
+void keep_buffer(Tensor buffer)
+{
+	std::vector<Tensor>& buffers = kept();
+	buffers.push_back(std::move(buffer));
+	if (buffers.size() > kept_buffers)
+		buffers.erase(std::min_element(buffers.begin(), buffers.end(),
+					       [](const Tensor& a, const Tensor& b) { return a.numel() < b.numel(); }));
+}
+
+} // namespace
+
 F32Copy::F32Copy(const Tensor& t, bool load) : original_(t)
 {
 	if (t.dtype() == DType::f32) {
 		f32_ = t;
 		return;
 	}
-	f32_ = Tensor::empty(t.shape(), DType::f32, Device{});
+	buffer_ = take_buffer(std::max<int64_t>(t.numel(), 1));
+	f32_ = Tensor::view(buffer_.data(), t.shape(), DType::f32, Device{});
 	if (load)
 		widen_to_f32(t, f32_.data_as<float>());
+}
+
+F32Copy::~F32Copy()
+{
+	if (buffer_.data() != nullptr)
+		keep_buffer(std::move(buffer_));
 }
 
 void F32Copy::store() const

@@ -15,11 +15,13 @@ void widen_range(const Tensor& src, int64_t start, int64_t count, float* out);
 void narrow_range(const float* in, const Tensor& dst, int64_t start, int64_t count);
 
 // The CPU backend computes in f32 whatever the compute type: f16 and bf16 operands are widened
-// into a temporary f32 tensor, and outputs are rounded back once, when store() is called.
+// into a temporary f32 tensor, and outputs are rounded back once, when store() is called. The
+// temporary's memory is kept for the thread's next copies (f32_copy.cpp says why).
 class F32Copy {
 public:
 	// `load` false skips reading the tensor (pure outputs).
 	F32Copy(const Tensor& t, bool load);
+	~F32Copy();
 	F32Copy(const F32Copy&) = delete;
 	F32Copy& operator=(const F32Copy&) = delete;
 
@@ -30,7 +32,8 @@ public:
 
 private:
 	Tensor original_;
-	Tensor f32_;
+	Tensor f32_;    // the tensor itself, or a view of the first elements of buffer_
+	Tensor buffer_; // the widened copy's memory, at least as large; empty for f32
 };
 
 // The same for a piece of a tensor, `count` elements from element `start` on, for kernels that walk
