@@ -9,6 +9,7 @@
 #include "base/tensor/memory_host.h"
 #include "models/kernels/cpu/cpu_threads.h"
 #include "models/kernels/cpu/dnnl_cpu.h"
+#include "models/kernels/cpu/f32_copy.h"
 #include "models/init.h"
 #include "models/layers/workspace.h"
 #include "models/kernels/ops.h"
@@ -571,13 +572,38 @@ TEST_CASE("the CPU backend keeps its widened copies' memory: a repeated 16-bit p
 		};
 		const Tensor a = typed({64, 48}, "a"), b = typed({40, 48}, "b"), c = typed({64, 40}, "c");
 		ops.gemm(Transpose::no, Transpose::yes, 1.0f, a, b, 0.0f, c); // makes the plan and the first copies
-		const std::vector<float> first = c.to_host_f32();
 		const size_t before = host_allocations();
 		for (int i = 0; i < 3; ++i)
 			ops.gemm(Transpose::no, Transpose::yes, 1.0f, a, b, 0.0f, c);
 		CHECK(host_allocations() == before);
-		CHECK(c.to_host_f32() == first);
+		// The product of the widened operands in f32, rounded once: the same bits.
+		const Tensor a32 = Tensor::from_host(a.to_host_f32(), a.shape(), Device{});
+		const Tensor b32 = Tensor::from_host(b.to_host_f32(), b.shape(), Device{});
+		const Tensor c32 = Tensor::zeros(c.shape(), DType::f32, Device{}), expected = typed(c.shape(), "unused");
+		ops.gemm(Transpose::no, Transpose::yes, 1.0f, a32, b32, 0.0f, c32);
+		ops.cast(c32, expected, false);
+		CHECK(c.to_host_f32() == expected.to_host_f32());
 	}
+}
+
+TEST_CASE("F32Copy widens into a kept buffer: live copies never share one, and a later copy reuses it")
+{
+	const Tensor half = Tensor::empty({1000}, DType::bf16, Device{});
+	cpu_ops().cast(random_tensor({1000}, "x"), half, false);
+	const std::vector<float> widened = half.to_host_f32();
+	{
+		const F32Copy one(half, true), two(half, true);
+		CHECK(one.data() != two.data());
+		CHECK(std::vector<float>(one.data(), one.data() + 1000) == widened);
+		CHECK(std::vector<float>(two.data(), two.data() + 1000) == widened);
+	}
+	const size_t before = host_allocations();
+	const F32Copy again(half, true);
+	CHECK(host_allocations() == before);
+	CHECK(std::vector<float>(again.data(), again.data() + 1000) == widened);
+	// f32 is the tensor itself, no copy.
+	const Tensor f = random_tensor({10}, "f");
+	CHECK(F32Copy(f, true).data() == f.data_as<float>());
 }
 
 TEST_CASE("max pooling picks the first of equal maxima and routes gradients to it")

@@ -63,14 +63,18 @@ namespace {
 // hundreds a step of up to 4 MiB each at the GPT's shapes. Allocated and freed each time, glibc
 // gave the top of its heap back to the kernel and took it again (a few brk calls a step), and the
 // pages were faulted in anew: an fp16 GPT step on a Zen 5 took 145-172 compute ms in some runs and
-// 295-412 in others, with 2.1-3.3 s of system time a run against 0.5 (docs/cpu-compute.md, "16-bit
-// types"). A thread keeps the buffers of its last copies instead, the largest few (memory of the
-// order of the 4 copies one product holds at once): after the first step every copy fits one.
+// 295-412 in others, with 2.1-3.4 s of system time a run against 0.5-0.6 (docs/cpu-compute.md,
+// "16-bit types"). A thread keeps up to six buffers instead, the largest it has made (about 24 MiB
+// at the GPT's shapes; they are never given back): after the first step every copy fits one.
 constexpr size_t kept_buffers = 6;
 
 std::vector<Tensor>& kept()
 {
-	thread_local std::vector<Tensor> buffers;
+	thread_local std::vector<Tensor> buffers = [] {
+		std::vector<Tensor> room;
+		room.reserve(kept_buffers + 1); // so that keep_buffer, run by a destructor, never allocates
+		return room;
+	}();
 	return buffers;
 }
 

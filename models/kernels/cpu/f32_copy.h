@@ -25,8 +25,9 @@ public:
 	F32Copy(const F32Copy&) = delete;
 	F32Copy& operator=(const F32Copy&) = delete;
 
+	// Valid while this object lives: a widened copy's memory goes back to the thread's kept buffers
+	// when it is destroyed.
 	float* data() const { return f32_.data_as<float>(); }
-	const Tensor& f32() const { return f32_; }
 	// Rounds the f32 values back into the original tensor (nothing to do when it is f32).
 	void store() const;
 
@@ -39,8 +40,9 @@ private:
 // The same for a piece of a tensor, `count` elements from element `start` on, for kernels that walk
 // a tensor a row or a chunk at a time: the tensor's own memory when it is f32, otherwise a widened
 // copy in `scratch` (count floats the caller owns, on its stack or reused across pieces). A
-// whole-tensor F32Copy of 16-bit data costs an allocation, its page faults and two passes over
-// memory every call; a piece is widened, computed on and rounded back while it is in cache. The
+// whole-tensor F32Copy of 16-bit data costs two passes over memory every call (and before its
+// buffers were kept, an allocation and its page faults); a piece is widened, computed on and
+// rounded back while it is in cache. The
 // arithmetic and the one rounding on store() are the same as F32Copy's, so are the bits.
 class F32Piece {
 public:
